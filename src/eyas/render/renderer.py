@@ -1,0 +1,184 @@
+"""Render conversations to prompt ids with the target tokenizer's own chat template.
+
+One render function serves every stage (anchors.md #30): convert output goes in, the exact
+`prompt_ids` that generation sends come out. eyas never writes a template for a real target;
+it only supplies what the official tokenizer would (`tools_ts_str` for Kimi-K2.5 when the
+tokenizer is a fast-tokenizer conversion without Moonshot's Python override).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eyas.records import Conversation
+from eyas.render.normalize import normalize_messages
+from eyas.render.profiles import Profile, detect_profile, get_profile
+from eyas.tools.schema import deep_sort
+from eyas.tools.typescript import encode_tools_typescript
+
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tiktoken.model",
+    "tokenizer.model",
+)
+
+
+class RenderError(ValueError):
+    """A conversation or template cannot be rendered; `reason` is a stable code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def load_tokenizer(model_dir: str | Path, trust_remote_code: bool = False) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+
+
+def tokenizer_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over the tokenizer files present in the model directory."""
+    digest = hashlib.sha256()
+    for name in _TOKENIZER_FILES:
+        path = Path(model_dir) / name
+        if path.exists():
+            digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def template_fingerprint(template: str | None) -> str:
+    return hashlib.sha256((template or "").encode()).hexdigest()
+
+
+def last_assistant_index(messages: list[dict]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+    return -1
+
+
+@dataclass
+class RenderedPrompt:
+    prompt_ids: list[int]
+    prompt_text: str
+    turn: int
+    notes: list[str] = field(default_factory=list)
+
+
+class Renderer:
+    """Renders with `apply_chat_template(messages, tools=..., add_generation_prompt=True)`.
+
+    Args:
+        model_dir: local model (or tokenizer) directory.
+        profile: profile name; detected from the tokenizer when None.
+        thinking: the profile's thinking switch; None leaves the template default.
+        trust_remote_code: passed to transformers only when the user asks (Kimi needs it).
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        profile: str | None = None,
+        thinking: bool | None = None,
+        trust_remote_code: bool = False,
+        tokenizer: Any = None,
+    ):
+        self.model_dir = Path(model_dir)
+        self.tokenizer = tokenizer or load_tokenizer(model_dir, trust_remote_code)
+        if not self.tokenizer.chat_template:
+            raise RenderError("no_chat_template", f"{model_dir} has no chat template")
+        self.profile: Profile = get_profile(profile) if profile else detect_profile(self.tokenizer)
+        self.thinking = thinking
+        self.template_kwargs = self.profile.thinking_kwargs(thinking)
+        # A tokenizer class that overrides apply_chat_template (Moonshot's TikTokenTokenizer)
+        # builds tools_ts_str itself; a plain fast tokenizer needs eyas to supply it.
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+        overrides = (
+            type(self.tokenizer).apply_chat_template
+            is not PreTrainedTokenizerBase.apply_chat_template
+        )
+        self.supply_tools_ts = "tools_ts_str" in self.tokenizer.chat_template and not overrides
+        self.fingerprint = tokenizer_fingerprint(self.model_dir)
+        self.template_sha256 = template_fingerprint(self.tokenizer.chat_template)
+
+    # -- low level -------------------------------------------------------------------------
+
+    def render_text(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        **overrides: Any,
+    ) -> str:
+        kwargs = {**self.template_kwargs, **overrides}
+        tools = tools or None
+        if tools and self.profile.tool_call_ids == "kimi":
+            tools = deep_sort(tools)  # what Kimi's tokenizer does before rendering
+        if tools and self.supply_tools_ts:
+            try:
+                kwargs["tools_ts_str"] = encode_tools_typescript(tools)
+            except (ValueError, KeyError, TypeError) as exc:
+                # The official tokenizer would fall back to JSON silently; eyas refuses.
+                raise RenderError("unencodable_tools", f"TypeScript encoder: {exc}") from exc
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        # Exactly what apply_chat_template(tokenize=True) does with the rendered string.
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def stop_token_ids(self) -> list[int]:
+        vocab = self.tokenizer.get_vocab()
+        ids = [vocab[t] for t in self.profile.stop_tokens if t in vocab]
+        if not ids and self.tokenizer.eos_token_id is not None:
+            ids = [self.tokenizer.eos_token_id]
+        return ids
+
+    # -- conversations ---------------------------------------------------------------------
+
+    def prepare(self, conv: Conversation) -> tuple[list[dict], list[str]]:
+        return normalize_messages(conv.messages, self.profile)
+
+    def render_turn(
+        self, messages: list[dict], tools: list[dict], turn: int, notes: list[str]
+    ) -> RenderedPrompt:
+        """Prompt for generating `messages[turn]` (-1: the whole conversation as prompt)."""
+        history = messages if turn < 0 else messages[:turn]
+        if not history:
+            raise RenderError("empty_prompt", "nothing precedes the assistant turn")
+        text = self.render_text(history, tools, add_generation_prompt=True)
+        return RenderedPrompt(self.encode(text), text, turn, notes)
+
+    def render_conversation(self, conv: Conversation) -> RenderedPrompt:
+        """Prompt for regenerating the conversation's last assistant turn (design.md §11);
+        a conversation with no assistant turn is rendered whole."""
+        messages, notes = self.prepare(conv)
+        return self.render_turn(messages, conv.tools, last_assistant_index(messages), notes)
+
+    def describe(self) -> dict:
+        """Render provenance for manifests."""
+        return {
+            "model_dir": str(self.model_dir),
+            "profile": self.profile.name,
+            "tokenizer_class": type(self.tokenizer).__name__,
+            "tokenizer_sha256": self.fingerprint,
+            "template_sha256": self.template_sha256,
+            "template_kwargs": dict(self.template_kwargs),
+            "tools_ts_str_supplied_by_eyas": self.supply_tools_ts,
+            "stop_token_ids": self.stop_token_ids(),
+        }

@@ -1,0 +1,74 @@
+"""Shared pieces of the source converters: the error type and the builder of canonical rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eyas.records import RecordError
+from eyas.tools.schema import ToolParseError, declared_names, make_tool_call
+
+
+class ConversionError(ValueError):
+    """A source row cannot be converted; `reason` is a stable snake_case code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+    @classmethod
+    def wrap(cls, exc: ToolParseError | RecordError) -> ConversionError:
+        return cls(exc.reason, exc.detail)
+
+
+@dataclass
+class Draft:
+    """A conversation being assembled from a source row.
+
+    Tool-call ids are minted Kimi-style (`functions.NAME:N`, one counter over the whole
+    conversation) for sources that carry none; tool results are linked to the oldest
+    unanswered call, by name when the result names its function.
+    """
+
+    messages: list[dict] = field(default_factory=list)
+    tools: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _num_calls: int = 0
+    _open: list[dict] = field(default_factory=list)
+
+    def add(self, role: str, content: str | None, **extra) -> dict:
+        msg = {"role": role, "content": content, **{k: v for k, v in extra.items() if v}}
+        self.messages.append(msg)
+        return msg
+
+    def add_calls(
+        self, calls: list[tuple[str, object]], content: str | None = "", ids: list | None = None
+    ) -> dict:
+        """One assistant message carrying `calls` = [(name, arguments)]; missing ids minted."""
+        tool_calls = []
+        for k, (name, arguments) in enumerate(calls):
+            call_id = (ids[k] if ids else None) or f"functions.{name}:{self._num_calls}"
+            call = make_tool_call(name, arguments, call_id)
+            self._num_calls += 1
+            tool_calls.append(call)
+            self._open.append(call)
+        return self.add("assistant", content, tool_calls=tool_calls)
+
+    def add_result(self, content: str, name: str | None = None, call_id: str | None = None) -> dict:
+        """A tool message answering the call `call_id`, else the oldest open call (matching
+        `name` when given)."""
+        if not self._open:
+            raise ConversionError("orphan_tool_result", "a tool result follows no tool call")
+        match = next((c for c in self._open if call_id and c["id"] == call_id), None)
+        match = match or next((c for c in self._open if c["function"]["name"] == name), None)
+        call = match or self._open[0]
+        self._open.remove(call)
+        return self.add("tool", content, tool_call_id=call["id"], name=call["function"]["name"])
+
+    def note_undeclared_calls(self) -> None:
+        names = declared_names(self.tools)
+        for msg in self.messages:
+            for call in msg.get("tool_calls") or []:
+                fn = call["function"]["name"]
+                if fn not in names:
+                    self.notes.append(f"call to undeclared function {fn!r} kept")

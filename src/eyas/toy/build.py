@@ -1,0 +1,258 @@
+"""`eyas toy build`: a small Kimi-format target model, built on CPU (design.md §10).
+
+    eyas toy build --preset tiny            # about 30 s; the test suite's fixture
+    eyas toy build --preset small           # a few minutes; the quickstart's target
+
+The result is a plain Hugging Face model directory (config, safetensors, tokenizer files, chat
+template, generation config, `toy.json`) loadable without `trust_remote_code`. Without
+`--out` it is cached under `$EYAS_CACHE` (default: the user cache dir) keyed by preset, build
+version and seed; concurrent builds take a file lock and publish by atomic rename.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from eyas.records import Conversation
+from eyas.render.renderer import Renderer, last_assistant_index
+from eyas.sources import convert_rows
+from eyas.tools.typescript import encode_tools_typescript
+from eyas.toy.datasets import FAMILIES, family_rows
+from eyas.toy.naive import naive_glaive_messages
+from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
+from eyas.toy.train import PRESETS, build_examples, completion_text, train_model
+
+BUILD_VERSION = 1
+HELDOUT_PER_FAMILY = 24
+QUALITY_MAX_NEW_TOKENS = 128
+AUX_LAYERS = {"tiny": [1, 2, 3], "small": [1, 2, 4]}
+
+
+def cache_root() -> Path:
+    if os.environ.get("EYAS_CACHE"):
+        return Path(os.environ["EYAS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eyas"
+
+
+def default_dir(preset: str, seed: int = 0) -> Path:
+    return cache_root() / f"toy-{preset}-v{BUILD_VERSION}-seed{seed}"
+
+
+def toy_conversations(preset: str, seed: int) -> tuple[list[Conversation], list[Conversation]]:
+    """(train, held-out) conversations of all eight families, converted from source format."""
+    rows = PRESETS[preset].rows_per_family
+    train, heldout = [], []
+    for fam in FAMILIES:
+        convs = [
+            c
+            for c in convert_rows(
+                family_rows(fam, rows + HELDOUT_PER_FAMILY, seed), fam.format, fam.name
+            )
+            if isinstance(c, Conversation)
+        ]
+        train += convs[:rows]
+        heldout += convs[rows:]
+    return train, heldout
+
+
+def _corpus(conversations: list[Conversation]) -> list[str]:
+    fixed = [
+        "You are Kimi, an AI assistant created by Moonshot AI.",
+        "## Return of ",
+        "tool_declare",
+        "system",
+        "user",
+        "assistant",
+        "functions.",
+    ]
+    texts = list(fixed)
+    for conv in conversations:
+        if conv.tools:
+            texts.append(encode_tools_typescript(conv.tools))
+            texts.append(json.dumps(conv.tools, separators=(",", ":")))
+        for m in conv.messages:
+            texts += [m.get("content") or "", m.get("reasoning_content") or ""]
+            texts += [completion_text(m)] if m.get("tool_calls") else []
+    return texts
+
+
+def _llama_config(preset: str, tokenizer) -> dict:
+    p = PRESETS[preset]
+    vocab = tokenizer.get_vocab()
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": len(tokenizer),
+        "hidden_size": p.hidden_size,
+        "intermediate_size": p.intermediate_size,
+        "num_hidden_layers": p.num_layers,
+        "num_attention_heads": p.num_heads,
+        "num_key_value_heads": p.num_kv_heads,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": vocab["[BOS]"],
+        "eos_token_id": [vocab["<|im_end|>"], vocab["[EOS]"]],
+        "pad_token_id": vocab["[PAD]"],
+    }
+
+
+def tool_prompt_turn(conv: Conversation) -> int:
+    """Index of the first assistant turn that calls a tool (-1 if none)."""
+    return next((i for i, m in enumerate(conv.messages) if m.get("tool_calls")), -1)
+
+
+def quality_report(model, renderer: Renderer, heldout: list[Conversation]) -> dict:
+    """Held-out greedy checks: native tool calls on tool families, `<|im_end|>` on chat."""
+    from eyas.backends.hf_generate import generate_batch
+    from eyas.tools.parse import parse_kimi_output
+
+    kinds = {f.name: f.kind for f in FAMILIES}
+    stop = renderer.stop_token_ids()
+    pad = renderer.tokenizer.pad_token_id
+
+    def tool_ok(prompts_and_tools) -> float:
+        prompts = [p for p, _ in prompts_and_tools]
+        outs = []
+        for k in range(0, len(prompts), 16):
+            outs += generate_batch(model, prompts[k : k + 16], stop, QUALITY_MAX_NEW_TOKENS, pad)
+        good = 0
+        for out, (_, names) in zip(outs, prompts_and_tools):
+            parsed = parse_kimi_output(out.output_ids, renderer.tokenizer)
+            good += (
+                bool(parsed.calls)
+                and all(c.name in names and c.valid_json for c in parsed.calls)
+                and not parsed.malformed
+            )
+        return good / max(1, len(outs))
+
+    native, naive, chat, b1_native = [], [], [], []
+    for conv in heldout:
+        messages, _ = renderer.prepare(conv)
+        names = {t["function"]["name"] for t in conv.tools}
+        if kinds[conv.dataset] == "tool":
+            turn = tool_prompt_turn(conv)
+            if turn < 0:
+                continue
+            ids = renderer.encode(renderer.render_text(messages[:turn], conv.tools))
+            native.append((ids, names))
+            if conv.dataset == "b1_glaive":
+                b1_native.append((ids, names))
+                naive_msgs = naive_glaive_messages(messages[:turn], conv.tools)
+                naive.append((renderer.encode(renderer.render_text(naive_msgs, None)), names))
+        else:
+            turn = last_assistant_index(messages)
+            chat.append(renderer.encode(renderer.render_text(messages[:turn], conv.tools)))
+    chat_outs = []
+    for k in range(0, len(chat), 16):
+        chat_outs += generate_batch(model, chat[k : k + 16], stop, QUALITY_MAX_NEW_TOKENS, pad)
+    report = {
+        "tool_call_rate": round(tool_ok(native), 4),
+        "chat_end_rate": round(
+            sum(o.finish_reason == "stop" for o in chat_outs) / max(1, len(chat_outs)), 4
+        ),
+        "num_tool_prompts": len(native),
+        "num_chat_prompts": len(chat_outs),
+        "b1_native_tool_call_rate": round(tool_ok(b1_native), 4),
+        "b1_naive_tool_call_rate": round(tool_ok(naive), 4),
+        "num_b1_prompts": len(naive),
+        "max_new_tokens": QUALITY_MAX_NEW_TOKENS,
+    }
+    report["b1_naive_drop"] = round(
+        report["b1_native_tool_call_rate"] - report["b1_naive_tool_call_rate"], 4
+    )
+    return report
+
+
+def _build_into(tmp: Path, preset: str, seed: int, log: Callable[[str], None]) -> dict:
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    t0 = time.time()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    train, heldout = toy_conversations(preset, seed)
+    log(f"datasets: {len(train)} train / {len(heldout)} held-out conversations")
+    tokenizer = train_tokenizer(_corpus(train), PRESETS[preset].vocab_size, "kimi")
+    save_tokenizer(tokenizer, tmp)
+    renderer = Renderer(tmp, tokenizer=tokenizer)
+    examples = build_examples(renderer, train, random.Random(seed))
+    log(f"tokenizer: {len(tokenizer)} tokens; {len(examples)} training turns")
+    config = LlamaConfig(**_llama_config(preset, tokenizer))
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    figures = train_model(
+        model,
+        examples,
+        PRESETS[preset],
+        seed,
+        tokenizer.pad_token_id,
+        log=lambda s, n, loss: log(f"train step {s}/{n} loss {loss:.3f}"),
+    )
+    model.save_pretrained(tmp, safe_serialization=True)
+    GenerationConfig(
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        do_sample=False,
+    ).save_pretrained(tmp)
+    quality = quality_report(model, renderer, heldout)
+    info = {
+        "preset": preset,
+        "seed": seed,
+        "build_version": BUILD_VERSION,
+        "profile": renderer.profile.name,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "aux_layers": AUX_LAYERS[preset],
+        "training": figures,
+        "quality": quality,
+        "build_seconds": round(time.time() - t0, 1),
+    }
+    (tmp / "toy.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def build_toy(
+    preset: str = "tiny",
+    out: str | Path | None = None,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda s: None,
+    force: bool = False,
+) -> Path:
+    """Build (or reuse) the toy target and return its directory."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    target = Path(out) if out else default_dir(preset, seed)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / f".{target.name}.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build waits, then reuses the result
+        if (target / "toy.json").exists() and not force:
+            return target
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            _build_into(tmp, preset, seed, log)
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_toy_info(model_dir: str | Path) -> dict:
+    return json.loads((Path(model_dir) / "toy.json").read_text())
+
+
+__all__ = ["build_toy", "default_dir", "load_toy_info", "toy_conversations"]

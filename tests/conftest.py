@@ -1,0 +1,51 @@
+"""Shared fixtures. Test tiers:
+
+    make test                         # everything below, CPU only (CI runs this)
+    .venv/bin/pytest -m "not slow"    # skip multi-second tests (toy builds, servers)
+    .venv/bin/pytest -m vllm          # real vLLM-on-CPU server tests (env built on demand)
+
+Tokenizers and the toy target are built locally at test time; nothing is downloaded. The
+`toy_tiny` build is cached under $EYAS_CACHE (default ~/.cache/eyas) and reused by later runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eyas.toy.datasets import FAMILIES, family_rows
+from eyas.toy.tokenizer import save_tokenizer, template_text, train_tokenizer
+
+
+def _corpus() -> list[str]:
+    texts = []
+    for fam in FAMILIES:
+        for row in family_rows(fam, 30, seed=99):
+            texts.append(str(row))
+    return texts
+
+
+@pytest.fixture(scope="session")
+def kimi_dir(tmp_path_factory) -> Path:
+    """A Kimi-K2.5-style tokenizer directory (fast tokenizer + the toy K2.5 template)."""
+    return save_tokenizer(train_tokenizer(_corpus(), 800, "kimi"), tmp_path_factory.mktemp("kimi"))
+
+
+@pytest.fixture(scope="session")
+def qwen_dir(tmp_path_factory) -> Path:
+    return save_tokenizer(train_tokenizer(_corpus(), 800, "qwen3"), tmp_path_factory.mktemp("qwen"))
+
+
+@pytest.fixture(scope="session")
+def broken_dir(tmp_path_factory) -> Path:
+    """Kimi tokens but a template that ignores `tools`."""
+    tok = train_tokenizer(_corpus(), 800, "kimi", template=template_text("ignores_tools"))
+    return save_tokenizer(tok, tmp_path_factory.mktemp("broken"))
+
+
+@pytest.fixture(scope="session")
+def toy_tiny() -> Path:
+    from eyas.toy.build import build_toy
+
+    return build_toy("tiny")
