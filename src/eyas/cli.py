@@ -99,6 +99,129 @@ def render(
         console.print(f"  rejected {n}: {reason}")
 
 
+def _renderer_for(model: Path, profile: str | None, thinking: bool | None, trust: bool):
+    from eyas.render import Renderer
+
+    return Renderer(model, profile, thinking, trust)
+
+
+@app.command()
+def prepare(
+    config: Annotated[Path, typer.Option(help="pipeline TOML")],
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="dotted override key=value")
+    ] = None,
+) -> None:
+    """Convert and render every dataset of a pipeline config."""
+    from eyas.config import load_config
+    from eyas.generate.run import prepare as run_prepare
+    from eyas.render import TemplateProbeError
+
+    cfg = load_config(config, set_)
+    renderer = _renderer_for(
+        cfg.model.dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
+    )
+    try:
+        summary = run_prepare(cfg, renderer)
+    except TemplateProbeError as exc:
+        _fail(str(exc), 1)
+    table = Table("dataset", "format", "converted", "rejected", "rendered", title="prepare")
+    for name, s in summary.items():
+        table.add_row(
+            name,
+            s["format"],
+            str(s["converted"]),
+            str(sum(s["convert_reasons"].values())),
+            str(s["rendered"]),
+        )
+    console.print(table)
+    console.print(f"-> {cfg.stage_dir('prepare')}")
+
+
+@app.command()
+def generate(
+    config: Annotated[Path | None, typer.Option(help="pipeline TOML (or use the flags)")] = None,
+    model: Annotated[Path | None, typer.Option(help="local model directory")] = None,
+    backend: Annotated[str, typer.Option(help="sglang|vllm|openai_chat|local")] = "local",
+    url: Annotated[list[str] | None, typer.Option(help="server URL; repeat for several")] = None,
+    input: Annotated[Path | None, typer.Option(help="rendered JSONL or prepare dir")] = None,
+    out: Annotated[Path | None, typer.Option(help="stage directory")] = None,
+    max_new_tokens: Annotated[int, typer.Option()] = 2048,
+    temperature: Annotated[float, typer.Option()] = 0.0,
+    concurrency: Annotated[int, typer.Option(help="in-flight requests per server")] = 64,
+    shard: Annotated[str, typer.Option(help="i/n: this job's slice of ids")] = "0/1",
+    multi_turn: Annotated[str, typer.Option(help="last|all")] = "last",
+    thinking: Annotated[str | None, typer.Option(help="on|off")] = None,
+    profile: Annotated[str | None, typer.Option()] = None,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
+    max_attempts: Annotated[int, typer.Option(help="tries per request")] = 5,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    shard_size: Annotated[int, typer.Option(help="samples per committed Parquet shard")] = 2000,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="dotted override key=value")
+    ] = None,
+) -> None:
+    """Regenerate responses with exact token ids; resumable (rerun to resume)."""
+    from eyas.config import load_config
+    from eyas.generate.run import (
+        StageError,
+        flag_options,
+        options_from_config,
+        parse_shard,
+        run_generate,
+    )
+
+    try:
+        if config is not None:
+            cfg = load_config(config, set_)
+            opts = options_from_config(cfg, parse_shard(shard))
+            model_dir = cfg.model.dir
+            renderer = _renderer_for(
+                model_dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
+            )
+        else:
+            if model is None or input is None or out is None:
+                _fail("without --config, --model, --input and --out are required")
+            if multi_turn not in ("last", "all"):
+                _fail("--multi-turn takes last|all")
+            opts = flag_options(
+                input,
+                out,
+                backend,
+                url or [],
+                max_new_tokens,
+                temperature,
+                concurrency,
+                shard,
+                multi_turn,
+                timeout,
+                max_attempts,
+            )
+            model_dir = model
+            renderer = _renderer_for(model, profile, _thinking(thinking), trust_remote_code)
+        opts.show_progress = progress
+        if config is None:
+            opts.shard_size = shard_size
+        manifest = run_generate(opts, renderer, model_dir)
+    except StageError as exc:
+        _fail(str(exc), 1)
+    except ValueError as exc:
+        _fail(str(exc))
+    run = manifest["this_run"]
+    console.print(
+        f"{run['samples_written']} samples written, {run['failed']} failed, {run['retries']} "
+        f"retries, skipped {run['skipped']}; {manifest['counts']['samples']} samples in {opts.out}"
+    )
+    if run["failure_reasons"]:
+        console.print(
+            f"failure reasons: {run['failure_reasons']} (see {opts.out / 'errors.jsonl'})"
+        )
+    if not manifest["complete"]:
+        console.print("[yellow]interrupted: rerun the same command to resume[/]")
+        raise typer.Exit(130)
+
+
 @toy_app.command("build")
 def toy_build(
     preset: Annotated[
@@ -146,3 +269,7 @@ def toy_datasets(
 
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
+
+
+if __name__ == "__main__":  # `python -m eyas.cli`
+    main()

@@ -151,8 +151,12 @@ class Renderer:
 
     # -- conversations ---------------------------------------------------------------------
 
+    def prepare_messages(self, messages: list[dict]) -> tuple[list[dict], list[str]]:
+        """Profile normalisation (ids, None reasoning, name labels) on a copy."""
+        return normalize_messages(messages, self.profile)
+
     def prepare(self, conv: Conversation) -> tuple[list[dict], list[str]]:
-        return normalize_messages(conv.messages, self.profile)
+        return self.prepare_messages(conv.messages)
 
     def render_turn(
         self, messages: list[dict], tools: list[dict], turn: int, notes: list[str]

@@ -70,12 +70,22 @@ def convert_row(fmt: str, row: dict, dataset: str, source: dict) -> Conversation
 def convert_rows(
     rows: Iterable[dict | ConversionError], fmt: str, dataset: str, file: str = ""
 ) -> Iterator[Conversation | RowError]:
+    seen: dict[str, int] = {}
     for index, row in enumerate(rows):
         if isinstance(row, ConversionError):
             yield RowError(index, row.reason, row.detail)
             continue
         try:
-            yield convert_row(fmt, row, dataset, {"format": fmt, "file": file, "row": index})
+            conv = convert_row(fmt, row, dataset, {"format": fmt, "file": file, "row": index})
+            if conv.id in seen:
+                # Same dataset and content means the same id; keeping both would train on the
+                # row twice and break resume-by-id.
+                yield RowError(
+                    index, "duplicate_conversation", f"same content as row {seen[conv.id]}"
+                )
+                continue
+            seen[conv.id] = index
+            yield conv
         except ConversionError as exc:
             yield RowError(index, exc.reason, exc.detail)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:

@@ -33,7 +33,7 @@ class ModelPreset:
 
 PRESETS = {
     "tiny": ModelPreset(1024, 96, 256, 4, 4, 2, 120, 2.0, 1536, 3e-3),
-    "small": ModelPreset(2048, 192, 512, 4, 6, 2, 500, 3.0, 2048, 2.5e-3),
+    "small": ModelPreset(2048, 192, 512, 4, 6, 2, 400, 2.5, 2048, 2.5e-3),
 }
 
 

@@ -1,0 +1,111 @@
+"""In-process transformers generation, batched: the embedded default (design.md §6).
+
+Requests arriving concurrently are grouped into batches by (max_new_tokens, sampling) and run
+in a worker thread, so the event loop keeps serving while the model computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from eyas.backends.base import Generation, GenRequest
+from eyas.backends.hf_generate import generate_batch
+
+
+class LocalBackend:
+    name = "local"
+    lossy = False
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        stop_token_ids: list[int],
+        pad_token_id: int,
+        batch_size: int = 16,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+    ):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.url = f"local:{model_dir}"
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(
+                str(model_dir),
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=True,
+            )
+            .to(self.device)
+            .eval()
+        )
+        self.stop_token_ids = stop_token_ids
+        self.pad_token_id = pad_token_id
+        self.batch_size = batch_size
+        self._queue: asyncio.Queue | None = None
+        self._worker: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            await asyncio.sleep(0)  # let concurrent submitters enqueue
+            while len(batch) < self.batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            groups: dict[tuple, list] = {}
+            for item in batch:
+                req = item[0]
+                key = (req.max_new_tokens, tuple(sorted(req.sampling.items())))
+                groups.setdefault(key, []).append(item)
+            for items in groups.values():
+                req0 = items[0][0]
+                start = time.perf_counter()
+                try:
+                    outs = await asyncio.to_thread(
+                        generate_batch,
+                        self.model,
+                        [r.prompt_ids for r, _ in items],
+                        self.stop_token_ids,
+                        req0.max_new_tokens,
+                        self.pad_token_id,
+                        float(req0.sampling.get("temperature") or 0.0),
+                        float(req0.sampling.get("top_p") or 1.0),
+                        req0.sampling.get("seed"),
+                    )
+                except Exception as exc:  # the model failed: fail these requests, keep serving
+                    for _, fut in items:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                elapsed = time.perf_counter() - start
+                for (_, fut), out in zip(items, outs):
+                    if not fut.done():
+                        fut.set_result(
+                            Generation(
+                                out.output_ids,
+                                out.finish_reason,
+                                out.matched_stop,
+                                {"latency_s": elapsed, "batch": len(items)},
+                            )
+                        )
+
+    async def generate(self, request: GenRequest) -> Generation:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._worker = asyncio.create_task(self._run())
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put((request, fut))
+        return await fut
+
+    async def ready(self, timeout_s: float) -> dict[str, Any]:
+        return {"url": self.url, "device": self.device, "batch_size": self.batch_size}
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()

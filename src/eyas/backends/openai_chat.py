@@ -1,0 +1,94 @@
+"""OpenAI-compatible `/v1/chat/completions`: text in, text out. Opt-in and LOSSY.
+
+The server renders the prompt itself (SGLang inserts `defer_loading: null` into tools and drops
+them under `tool_choice: "none"`, formats.md §4.6), returns text, and eyas must re-tokenize it:
+exactly the round trip anchors.md #3 warns about. Samples from this backend are marked lossy and
+the audit's `lossy-backend` check flags them. It exists for servers that offer nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from eyas.backends.base import (
+    TRANSPORT_ERRORS,
+    BackendError,
+    Generation,
+    GenRequest,
+    http_error,
+    transport_error,
+    wait_http_ready,
+)
+
+
+class OpenAIChatBackend:
+    name = "openai_chat"
+    lossy = True
+
+    def __init__(
+        self,
+        url: str,
+        session: aiohttp.ClientSession,
+        encode_reply: Callable[[dict], list[int]],
+        model: str | None = None,
+        timeout_s: float = 600.0,
+        api_key: str | None = None,
+        template_kwargs: dict | None = None,
+    ):
+        self.url = url.rstrip("/")
+        self.session = session
+        self.encode_reply = encode_reply
+        self.model = model
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.template_kwargs = template_kwargs or {}
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+
+    async def generate(self, request: GenRequest) -> Generation:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "max_tokens": request.max_new_tokens,
+            **{k: v for k, v in request.sampling.items() if v is not None},
+        }
+        if request.tools:
+            payload["tools"] = request.tools
+        if self.template_kwargs:
+            payload["chat_template_kwargs"] = self.template_kwargs
+        start = time.perf_counter()
+        try:
+            async with self.session.post(
+                self.url + "/v1/chat/completions",
+                data=orjson.dumps(payload),
+                headers=self.headers,
+                timeout=self.timeout,
+            ) as resp:
+                body, status = await resp.read(), resp.status
+        except TRANSPORT_ERRORS as exc:
+            raise transport_error(exc) from exc
+        if status != 200:
+            raise http_error(status, body)
+        try:
+            choice = orjson.loads(body)["choices"][0]
+            message = choice["message"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise BackendError("malformed_response", repr(body[:200]), True) from exc
+        reason = choice.get("finish_reason")
+        reason = "length" if reason == "length" else "stop"
+        ids = self.encode_reply(message)  # re-tokenized: the lossy step
+        return Generation(
+            ids, reason, None, {"latency_s": time.perf_counter() - start, "lossy": True}
+        )
+
+    async def ready(self, timeout_s: float) -> dict[str, Any]:
+        await wait_http_ready(self.session, self.url, ("/health", "/v1/models"), timeout_s)
+        return {"url": self.url, "model": self.model, "lossy": True}
+
+    async def close(self) -> None:
+        return None

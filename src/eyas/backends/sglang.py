@@ -1,0 +1,141 @@
+"""SGLang native `/generate` with `input_ids` (formats.md §4).
+
+Always sends `max_new_tokens` (server default 128), the profile's `stop_token_ids` and
+`skip_special_tokens: false`; keeps `output_ids` exactly. A non-200 status and a 200 whose
+`finish_reason.type` is `abort` are both failures (formats.md §4.3).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from eyas.backends.base import (
+    TRANSPORT_ERRORS,
+    BackendError,
+    Generation,
+    GenRequest,
+    http_error,
+    transport_error,
+    wait_http_ready,
+)
+
+_SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+def sglang_payload(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "max_new_tokens": request.max_new_tokens,
+        "stop_token_ids": stop_token_ids,
+        "skip_special_tokens": False,
+    }
+    for key in _SAMPLING_KEYS:
+        if request.sampling.get(key) is not None:
+            params[key] = request.sampling[key]
+    if request.sampling.get("seed") is not None:
+        params["sampling_seed"] = request.sampling["seed"]
+    return {"input_ids": request.prompt_ids, "sampling_params": params, "rid": request.id}
+
+
+def parse_sglang_response(body: bytes) -> Generation:
+    try:
+        obj = orjson.loads(body)
+        meta = obj["meta_info"]
+        finish = meta["finish_reason"]
+        output_ids = obj["output_ids"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BackendError(
+            "malformed_response", f"{type(exc).__name__}: {body[:200]!r}", True
+        ) from exc
+    kind = finish.get("type") if isinstance(finish, dict) else None
+    if kind == "abort":
+        raise BackendError(
+            "server_abort", str(finish.get("message", "")), True, finish.get("status_code")
+        )
+    if kind not in ("stop", "length") or not isinstance(output_ids, list):
+        raise BackendError("malformed_response", f"finish_reason={finish!r}", True)
+    matched = finish.get("matched") if kind == "stop" else None
+    info = {
+        k: meta[k]
+        for k in (
+            "id",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "e2e_latency",
+            "weight_version",
+        )
+        if k in meta
+    }
+    # SGLang keeps the matched stop token in output_ids (detokenizer trims only `text`); if a
+    # build ever trims it, restore the sampled token and say so.
+    if isinstance(matched, int) and (not output_ids or output_ids[-1] != matched):
+        output_ids = [*output_ids, matched]
+        info["stop_token_appended"] = True
+    return Generation(output_ids, kind, matched, info)
+
+
+class SGLangBackend:
+    name = "sglang"
+    lossy = False
+
+    def __init__(
+        self,
+        url: str,
+        session: aiohttp.ClientSession,
+        stop_token_ids: list[int],
+        timeout_s: float = 600.0,
+        api_key: str | None = None,
+    ):
+        self.url = url.rstrip("/")
+        self.session = session
+        self.stop_token_ids = stop_token_ids
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+
+    async def generate(self, request: GenRequest) -> Generation:
+        payload = orjson.dumps(sglang_payload(request, self.stop_token_ids))
+        start = time.perf_counter()
+        try:
+            async with self.session.post(
+                self.url + "/generate", data=payload, headers=self.headers, timeout=self.timeout
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+        except TRANSPORT_ERRORS as exc:
+            raise transport_error(exc) from exc
+        if status != 200:
+            raise http_error(status, body)
+        gen = parse_sglang_response(body)
+        gen.meta["latency_s"] = time.perf_counter() - start
+        return gen
+
+    async def ready(self, timeout_s: float) -> dict[str, Any]:
+        await wait_http_ready(self.session, self.url, ("/health", "/health_generate"), timeout_s)
+        info: dict[str, Any] = {"url": self.url}
+        for path in ("/get_model_info", "/get_server_info"):
+            try:
+                async with self.session.get(self.url + path, headers=self.headers) as r:
+                    if r.status == 200:
+                        data = orjson.loads(await r.read())
+                        keep = ("model_path", "tokenizer_path", "weight_version", "version")
+                        info.update({k: data[k] for k in keep if k in data})
+            except (*TRANSPORT_ERRORS, orjson.JSONDecodeError):
+                pass
+        return info
+
+    async def close(self) -> None:
+        return None

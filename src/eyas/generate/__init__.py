@@ -1,0 +1,1 @@
+"""Generation: the async orchestrator, multi-turn regeneration, and the stage entry points."""

@@ -1,0 +1,139 @@
+"""Parquet shard store for samples (design.md §4).
+
+A stage directory holds `part-NNNNN.parquet` shards, `manifest.json` and `errors.jsonl`.
+Shards are written to a temporary name and renamed when complete, so a crash or SIGKILL leaves
+only whole shards. Resume reads the `id` column of the committed shards and skips those ids;
+it never counts lines. The files are plain Parquet (ids as list<int32>), readable by pyarrow
+and `datasets.load_dataset("parquet", ...)` without eyas.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eyas.records import Sample
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("dataset", pa.string()),
+        ("turn", pa.int32()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("output_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("finish_reason", pa.string()),
+        # int (token id) or str (stop string), JSON-encoded to keep one column type
+        ("matched_stop", pa.string()),
+        ("messages", pa.string()),
+        ("tools", pa.string()),
+        ("backend", pa.string()),
+        ("sampling", pa.string()),
+        ("attempts", pa.int32()),
+        ("latency_s", pa.float64()),
+    ]
+)
+_JSON_COLUMNS = ("matched_stop", "messages", "tools", "sampling")
+
+
+def shard_paths(stage_dir: str | Path) -> list[Path]:
+    return sorted(Path(stage_dir).glob("part-*.parquet"))
+
+
+def committed_ids(stage_dir: str | Path) -> set[str]:
+    """Ids in committed shards (the resume index)."""
+    ids: set[str] = set()
+    for path in shard_paths(stage_dir):
+        ids.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def _to_columns(samples: list[Sample]) -> dict[str, list]:
+    cols: dict[str, list] = {name: [] for name in SCHEMA.names}
+    for s in samples:
+        cols["id"].append(s.id)
+        cols["dataset"].append(s.dataset)
+        cols["turn"].append(s.turn)
+        cols["prompt_ids"].append(s.prompt_ids)
+        cols["output_ids"].append(s.output_ids)
+        cols["loss_mask"].append(s.loss_mask)
+        cols["finish_reason"].append(s.finish_reason)
+        cols["matched_stop"].append(orjson.dumps(s.matched_stop).decode())
+        cols["messages"].append(orjson.dumps(s.messages).decode())
+        cols["tools"].append(orjson.dumps(s.tools).decode())
+        cols["backend"].append(s.backend)
+        cols["sampling"].append(orjson.dumps(s.sampling).decode())
+        cols["attempts"].append(s.attempts)
+        cols["latency_s"].append(s.latency_s)
+    return cols
+
+
+def row_to_sample(row: dict) -> Sample:
+    """A Parquet row (eyas schema, or any table with at least id/prompt_ids/output_ids)."""
+    row = dict(row)
+    for key in _JSON_COLUMNS:
+        if isinstance(row.get(key), str):
+            row[key] = orjson.loads(row[key])
+    return Sample.from_dict(row)
+
+
+class ShardWriter:
+    """Buffers samples and commits them as atomic Parquet shards.
+
+    Shard numbers continue after the highest existing one, so a resumed run never
+    overwrites committed data.
+    """
+
+    def __init__(self, stage_dir: str | Path, shard_size: int = 2000):
+        self.stage_dir = Path(stage_dir)
+        self.stage_dir.mkdir(parents=True, exist_ok=True)
+        self.shard_size = shard_size
+        self._buffer: list[Sample] = []
+        existing = [int(p.stem.split("-")[1]) for p in shard_paths(self.stage_dir)]
+        self._next = max(existing, default=-1) + 1
+        self.num_committed = 0
+        for stale in self.stage_dir.glob(".part-*.tmp"):
+            stale.unlink()  # a shard that was being written when the process died
+
+    def add(self, sample: Sample) -> None:
+        self._buffer.append(sample)
+        if len(self._buffer) >= self.shard_size:
+            self.flush()
+
+    def add_group(self, samples: list[Sample]) -> None:
+        """Add samples that must be committed together (one conversation's turns)."""
+        if self._buffer and len(self._buffer) + len(samples) > self.shard_size:
+            self.flush()
+        self._buffer.extend(samples)
+        if len(self._buffer) >= self.shard_size:
+            self.flush()
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def flush(self) -> Path | None:
+        if not self._buffer:
+            return None
+        table = pa.table(_to_columns(self._buffer), schema=SCHEMA)
+        final = self.stage_dir / f"part-{self._next:05d}.parquet"
+        tmp = self.stage_dir / f".part-{self._next:05d}.tmp"
+        pq.write_table(table, tmp)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)  # the commit point
+        self._next += 1
+        self.num_committed += len(self._buffer)
+        self._buffer = []
+        return final
+
+
+def read_samples(stage_dir: str | Path) -> Iterator[Sample]:
+    for path in shard_paths(stage_dir):
+        for batch in pq.read_table(path).to_batches(max_chunksize=4096):
+            for row in batch.to_pylist():
+                yield row_to_sample(row)

@@ -1,0 +1,1 @@
+"""Test and benchmark helpers shipped with eyas (a fake SGLang server)."""

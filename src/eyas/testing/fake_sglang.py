@@ -1,0 +1,246 @@
+"""A fake SGLang server for fault injection and protocol tests (SGLang cannot run on CPU).
+
+Responses reproduce the shape captured from a real SGLang 0.5.23 server
+(`shared/reference/sglang-generate-response.json`) field for field; outputs are deterministic
+functions of the input ids, so tests can predict them. Faults are injected at random per
+request, so a retried request can succeed:
+
+    python -m eyas.testing.fake_sglang --port 0 --fault-rate 0.15 \\
+        --faults 500,503,429,400,hang,reset,malformed,abort,slow --seed 1
+
+The first stdout line is `PORT <n>` once the server listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+import zlib
+
+import orjson
+from aiohttp import web
+
+FAULTS = ("500", "503", "429", "400", "hang", "reset", "malformed", "abort", "slow")
+
+
+def fake_output(
+    input_ids: list[int], max_new_tokens: int, stop_token_ids: list[int], vocab_size: int = 4000
+) -> tuple[list[int], dict]:
+    """Deterministic output ids and finish_reason for a prompt (also used by tests)."""
+    h = zlib.crc32(orjson.dumps(input_ids))
+    natural = 1 + h % 600  # how long this prompt "wants" to talk
+    base = sum(input_ids[-8:])
+    low = 32  # stay clear of special-token ids
+    if natural < max_new_tokens and stop_token_ids:
+        ids = [low + (base + 7 * k * k + 13 * k) % (vocab_size - low) for k in range(natural)]
+        ids.append(stop_token_ids[0])
+        return ids, {"type": "stop", "matched": stop_token_ids[0]}
+    ids = [low + (base + 7 * k * k + 13 * k) % (vocab_size - low) for k in range(max_new_tokens)]
+    return ids, {"type": "length", "length": max_new_tokens}
+
+
+class FakeSGLang:
+    def __init__(
+        self,
+        fault_rate: float = 0.0,
+        faults: tuple[str, ...] = (),
+        seed: int = 0,
+        hang_s: float = 30.0,
+        slow_s: float = 0.3,
+        model_path: str = "/models/fake",
+    ):
+        self.fault_rate = fault_rate
+        self.faults = faults
+        self.rng = random.Random(seed)
+        self.hang_s = hang_s
+        self.slow_s = slow_s
+        self.model_path = model_path
+        self.num_requests = 0
+        self.num_faults = 0
+
+    def _one(
+        self, input_ids, params: dict, rid: str, return_logprob: bool, fault: str | None
+    ) -> dict:
+        start = time.perf_counter()
+        ids, finish = fake_output(
+            input_ids,
+            int(params.get("max_new_tokens", 128)),
+            list(params.get("stop_token_ids") or []),
+        )
+        if fault == "abort":
+            ids, finish = (
+                ids[: len(ids) // 2],
+                {
+                    "type": "abort",
+                    "message": "Abort before prefill",
+                    "status_code": None,
+                    "err_type": None,
+                },
+            )
+        meta = {
+            "id": rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(input_ids),
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+            "weight_versions": [{"version": "default", "start": 0, "end": len(ids)}],
+            "cached_tokens_details": None,
+            "dp_rank": None,
+            "e2e_latency": time.perf_counter() - start,
+            "response_sent_to_client_ts": time.time(),
+        }
+        if return_logprob:
+            meta["input_token_logprobs"] = []
+            meta["output_token_logprobs"] = [[-1.0, t, None] for t in ids]
+            meta["output_token_logprobs_length"] = len(ids)
+        return {"text": f" <{len(ids)} fake tokens>", "output_ids": ids, "meta_info": meta}
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        self.num_requests += 1
+        fault = None
+        if self.faults and self.rng.random() < self.fault_rate:
+            fault = self.rng.choice(self.faults)
+            self.num_faults += 1
+        if fault in ("500", "503", "429"):
+            body = {
+                "object": "error",
+                "message": f"injected {fault}",
+                "type": "Error",
+                "param": None,
+                "code": int(fault),
+            }
+            return web.json_response(
+                body, status=int(fault), dumps=lambda o: orjson.dumps(o).decode()
+            )
+        if fault == "hang":
+            await asyncio.sleep(self.hang_s)
+        if fault == "slow":
+            await asyncio.sleep(self.slow_s)
+        if fault == "reset":
+            request.transport.close()  # connection reset mid-request
+            raise ConnectionResetError("injected reset")
+        try:
+            payload = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+        input_ids = payload.get("input_ids")
+        if fault == "400" or not input_ids:
+            return web.json_response(
+                {"error": {"message": "The input_ids is empty or invalid."}}, status=400
+            )
+        if fault == "malformed":
+            return web.Response(body=b'{"text": "trunc', content_type="application/json")
+        params = payload.get("sampling_params") or {}
+        rid = payload.get("rid") or uuid.uuid4().hex
+        logprob = bool(payload.get("return_logprob"))
+        if isinstance(input_ids[0], list):  # batch form
+            plist = params if isinstance(params, list) else [params] * len(input_ids)
+            out = [
+                self._one(ids, p, f"{rid}_{i}", logprob, fault)
+                for i, (ids, p) in enumerate(zip(input_ids, plist))
+            ]
+        else:
+            out = self._one(input_ids, params, rid, logprob, fault)
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": self.model_path,
+                "tokenizer_path": self.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+            }
+        )
+
+    async def chat(self, request: web.Request) -> web.Response:
+        """An OpenAI chat endpoint (text only), for comparing text-based regeneration tools."""
+        payload = orjson.loads(await request.read())
+        seed = [len(str(m.get("content"))) for m in payload.get("messages", [])] or [1]
+        ids, finish = fake_output(seed, int(payload.get("max_tokens") or 16), [2])
+        text = " ".join(f"w{t}" for t in ids[:-1] if t != 2)
+        body = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": payload.get("model") or "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": text,
+                        "reasoning_content": None,
+                        "tool_calls": None,
+                    },
+                    "finish_reason": "stop" if finish["type"] == "stop" else "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": sum(seed),
+                "completion_tokens": len(ids),
+                "total_tokens": sum(seed) + len(ids),
+            },
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/generate", self.generate)
+        app.router.add_put("/generate", self.generate)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/health_generate", self.health)
+        app.router.add_get("/get_model_info", self.model_info)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        return app
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    faults = tuple(f for f in args.faults.split(",") if f)
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        raise SystemExit(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
+    server = FakeSGLang(args.fault_rate, faults, args.seed, args.hang_s, args.slow_s)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"PORT {port}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--fault-rate", type=float, default=0.0)
+    ap.add_argument("--faults", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hang-s", type=float, default=30.0)
+    ap.add_argument("--slow-s", type=float, default=0.3)
+    args = ap.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
