@@ -149,6 +149,7 @@ def generate(
     max_new_tokens: Annotated[int, typer.Option()] = 2048,
     temperature: Annotated[float, typer.Option()] = 0.0,
     concurrency: Annotated[int, typer.Option(help="in-flight requests per server")] = 64,
+    batch_size: Annotated[int, typer.Option(help="sglang: prompts per /generate call")] = 8,
     shard: Annotated[str, typer.Option(help="i/n: this job's slice of ids")] = "0/1",
     multi_turn: Annotated[str, typer.Option(help="last|all")] = "last",
     thinking: Annotated[str | None, typer.Option(help="on|off")] = None,
@@ -203,6 +204,7 @@ def generate(
         opts.show_progress = progress
         if config is None:
             opts.shard_size = shard_size
+            opts.backend.batch_size = batch_size
         manifest = run_generate(opts, renderer, model_dir)
     except StageError as exc:
         _fail(str(exc), 1)

@@ -50,6 +50,8 @@ class BackendConfig(_Strict):
     urls: list[str] = Field(default_factory=list)
     # In-flight requests per server (local: the batch size).
     concurrency: int = Field(64, ge=1)
+    # SGLang only: requests sent together as one /generate batch (1 = one request per call).
+    batch_size: int = Field(8, ge=1)
     timeout_s: float = Field(600.0, gt=0)
     ready_timeout_s: float = Field(600.0, ge=0)
     retry: RetryConfig = Field(default_factory=RetryConfig)

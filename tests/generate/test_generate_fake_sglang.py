@@ -73,7 +73,8 @@ def test_exact_ids_round_trip(tmp_path, kimi_dir, rendered):
     assert manifest["render"]["stop_token_ids"] == stop
 
 
-def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, rendered):
+@pytest.mark.parametrize("batch", ["1", "8"])
+def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, rendered, batch):
     faults = "500,503,429,400,reset,malformed,abort,slow,hang"
     with fake_sglang_server(
         "--fault-rate",
@@ -107,6 +108,8 @@ def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, render
                 "6",
                 "--concurrency",
                 "16",
+                "--batch-size",
+                batch,
             ]
         )
     assert res.exit_code == 0, res.output

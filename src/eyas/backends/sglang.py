@@ -7,6 +7,7 @@ Always sends `max_new_tokens` (server default 128), the profile's `stop_token_id
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -51,13 +52,19 @@ def sglang_payload(request: GenRequest, stop_token_ids: list[int]) -> dict[str, 
 def parse_sglang_response(body: bytes) -> Generation:
     try:
         obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BackendError("malformed_response", f"not JSON: {body[:200]!r}", True) from exc
+    return parse_sglang_item(obj)
+
+
+def parse_sglang_item(obj: Any) -> Generation:
+    """One `{"text", "output_ids", "meta_info"}` object (a batch returns a list of them)."""
+    try:
         meta = obj["meta_info"]
         finish = meta["finish_reason"]
         output_ids = obj["output_ids"]
-    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        raise BackendError(
-            "malformed_response", f"{type(exc).__name__}: {body[:200]!r}", True
-        ) from exc
+    except (KeyError, TypeError) as exc:
+        raise BackendError("malformed_response", f"{type(exc).__name__}: {exc}", True) from exc
     kind = finish.get("type") if isinstance(finish, dict) else None
     if kind == "abort":
         raise BackendError(
@@ -87,6 +94,11 @@ def parse_sglang_response(body: bytes) -> Generation:
 
 
 class SGLangBackend:
+    """POST /generate. With `batch_size` > 1, requests that arrive in the same event-loop tick
+    go out as one SGLang batch (`input_ids` as a list of lists, one `sampling_params` dict per
+    item): fewer HTTP round trips for client and server; each item still succeeds, fails and
+    retries on its own (an HTTP error fails the whole batch, and every item is retried)."""
+
     name = "sglang"
     lossy = False
 
@@ -97,18 +109,21 @@ class SGLangBackend:
         stop_token_ids: list[int],
         timeout_s: float = 600.0,
         api_key: str | None = None,
+        batch_size: int = 1,
     ):
         self.url = url.rstrip("/")
         self.session = session
         self.stop_token_ids = stop_token_ids
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.batch_size = batch_size
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+        self._pending: list[tuple[GenRequest, asyncio.Future]] = []
+        self._scheduled = False
+        self._tasks: set[asyncio.Task] = set()
 
-    async def generate(self, request: GenRequest) -> Generation:
-        payload = orjson.dumps(sglang_payload(request, self.stop_token_ids))
-        start = time.perf_counter()
+    async def _post(self, payload: bytes) -> bytes:
         try:
             async with self.session.post(
                 self.url + "/generate", data=payload, headers=self.headers, timeout=self.timeout
@@ -119,9 +134,69 @@ class SGLangBackend:
             raise transport_error(exc) from exc
         if status != 200:
             raise http_error(status, body)
+        return body
+
+    async def generate(self, request: GenRequest) -> Generation:
+        if self.batch_size > 1:
+            return await self._enqueue(request)
+        start = time.perf_counter()
+        body = await self._post(orjson.dumps(sglang_payload(request, self.stop_token_ids)))
         gen = parse_sglang_response(body)
         gen.meta["latency_s"] = time.perf_counter() - start
         return gen
+
+    def _enqueue(self, request: GenRequest) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._pending.append((request, fut))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._dispatch)
+        return fut
+
+    def _dispatch(self) -> None:
+        self._scheduled = False
+        while self._pending:
+            items, self._pending = (
+                self._pending[: self.batch_size],
+                self._pending[self.batch_size :],
+            )
+            task = asyncio.get_running_loop().create_task(self._send_batch(items))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_batch(self, items: list[tuple[GenRequest, asyncio.Future]]) -> None:
+        payloads = [sglang_payload(r, self.stop_token_ids) for r, _ in items]
+        batch = {
+            "input_ids": [p["input_ids"] for p in payloads],
+            "sampling_params": [p["sampling_params"] for p in payloads],
+            "rid": [p["rid"] for p in payloads],
+        }
+        start = time.perf_counter()
+        try:
+            body = await self._post(orjson.dumps(batch))
+            try:
+                objs = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BackendError("malformed_response", f"not JSON: {body[:200]!r}", True) from exc
+            if not isinstance(objs, list) or len(objs) != len(items):
+                raise BackendError("malformed_response", "batch answer of the wrong length", True)
+        except BackendError as exc:
+            for _, fut in items:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        elapsed = time.perf_counter() - start
+        for (_, fut), obj in zip(items, objs):
+            if fut.done():
+                continue
+            try:
+                gen = parse_sglang_item(obj)
+            except BackendError as exc:
+                fut.set_exception(exc)
+                continue
+            gen.meta["latency_s"] = elapsed
+            fut.set_result(gen)
 
     async def ready(self, timeout_s: float) -> dict[str, Any]:
         await wait_http_ready(self.session, self.url, ("/health", "/health_generate"), timeout_s)

@@ -220,7 +220,10 @@ def build_backends(
     if cfg.kind == "sglang":
         from eyas.backends.sglang import SGLangBackend
 
-        return [SGLangBackend(u, session, stop, cfg.timeout_s, api_key) for u in cfg.urls]
+        return [
+            SGLangBackend(u, session, stop, cfg.timeout_s, api_key, cfg.batch_size)
+            for u in cfg.urls
+        ]
     if cfg.kind == "vllm":
         from eyas.backends.vllm import VLLMBackend
 
@@ -336,7 +339,12 @@ async def _generate(opts: GenerateOptions, renderer: Renderer, model_dir: Path) 
 
 
 def run_generate(opts: GenerateOptions, renderer: Renderer, model_dir: Path) -> dict[str, Any]:
-    return asyncio.run(_generate(opts, renderer, model_dir))
+    try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
+        import uvloop
+
+        return uvloop.run(_generate(opts, renderer, model_dir))
+    except ImportError:
+        return asyncio.run(_generate(opts, renderer, model_dir))
 
 
 def options_from_config(cfg: PipelineConfig, shard: tuple[int, int] = (0, 1)) -> GenerateOptions:

@@ -28,11 +28,15 @@ FAULTS = ("500", "503", "429", "400", "hang", "reset", "malformed", "abort", "sl
 
 
 def fake_output(
-    input_ids: list[int], max_new_tokens: int, stop_token_ids: list[int], vocab_size: int = 4000
+    input_ids: list[int],
+    max_new_tokens: int,
+    stop_token_ids: list[int],
+    vocab_size: int = 4000,
+    fixed_len: int | None = None,
 ) -> tuple[list[int], dict]:
     """Deterministic output ids and finish_reason for a prompt (also used by tests)."""
-    h = zlib.crc32(orjson.dumps(input_ids))
-    natural = 1 + h % 600  # how long this prompt "wants" to talk
+    # how long this prompt "wants" to talk
+    natural = fixed_len or 1 + zlib.crc32(orjson.dumps(input_ids)) % 600
     base = sum(input_ids[-8:])
     low = 32  # stay clear of special-token ids
     if natural < max_new_tokens and stop_token_ids:
@@ -52,6 +56,7 @@ class FakeSGLang:
         hang_s: float = 30.0,
         slow_s: float = 0.3,
         model_path: str = "/models/fake",
+        fixed_len: int | None = None,
     ):
         self.fault_rate = fault_rate
         self.faults = faults
@@ -59,6 +64,7 @@ class FakeSGLang:
         self.hang_s = hang_s
         self.slow_s = slow_s
         self.model_path = model_path
+        self.fixed_len = fixed_len
         self.num_requests = 0
         self.num_faults = 0
 
@@ -70,6 +76,7 @@ class FakeSGLang:
             input_ids,
             int(params.get("max_new_tokens", 128)),
             list(params.get("stop_token_ids") or []),
+            fixed_len=self.fixed_len,
         )
         if fault == "abort":
             ids, finish = (
@@ -217,7 +224,9 @@ async def _serve(args: argparse.Namespace) -> None:
     unknown = set(faults) - set(FAULTS)
     if unknown:
         raise SystemExit(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
-    server = FakeSGLang(args.fault_rate, faults, args.seed, args.hang_s, args.slow_s)
+    server = FakeSGLang(
+        args.fault_rate, faults, args.seed, args.hang_s, args.slow_s, fixed_len=args.fixed_len
+    )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port)
@@ -237,6 +246,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hang-s", type=float, default=30.0)
     ap.add_argument("--slow-s", type=float, default=0.3)
+    ap.add_argument("--fixed-len", type=int, default=None, help="every output this long")
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))
