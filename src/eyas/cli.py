@@ -224,6 +224,83 @@ def generate(
         raise typer.Exit(130)
 
 
+@app.command()
+def audit(
+    input: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
+    model: Annotated[Path | None, typer.Option(help="model dir (tokenizer + template)")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write findings as JSON")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="write a self-contained HTML report")
+    ] = None,
+    max_len: Annotated[int | None, typer.Option(help="planned training/serving length")] = None,
+    sample: Annotated[int, typer.Option(help="per-dataset sample for decoding checks")] = 2000,
+    profile: Annotated[str | None, typer.Option(help="override the detected profile")] = None,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
+) -> None:
+    """Audit samples; exit 1 when any error-severity finding exists."""
+    import json
+
+    from eyas.audit import AuditOptions, run_audit
+    from eyas.audit.report import print_summary, write_html
+    from eyas.records import RecordError
+
+    try:
+        result = run_audit(
+            input,
+            model,
+            AuditOptions(max_len=max_len, decode_sample=sample),
+            profile,
+            trust_remote_code,
+        )
+    except RecordError as exc:
+        _fail(str(exc))
+    print_summary(result, console)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        console.print(f"json: {json_out}")
+    if html_out:
+        console.print(f"html: {write_html(result, html_out)}")
+    raise typer.Exit(1 if result.num_errors else 0)
+
+
+@app.command()
+def show(
+    run: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
+    id: Annotated[str, typer.Argument(help="sample id (a unique prefix is enough)")],
+    model: Annotated[
+        Path | None, typer.Option(help="model dir (default: from the manifest)")
+    ] = None,
+) -> None:
+    """Print one sample with special tokens highlighted and token boundaries visible."""
+    from eyas.audit.data import load_table
+    from eyas.audit.show import render_sample
+
+    table = load_table(run)
+    matches = [i for i, sid in enumerate(table.ids) if sid == id or sid.startswith(id)]
+    if len(matches) != 1:
+        _fail(f"{len(matches)} samples match {id!r}")
+    model_dir = model or (table.manifest.get("render") or {}).get("model_dir")
+    if not model_dir:
+        _fail("no tokenizer: pass --model DIR")
+    from eyas.render.renderer import load_tokenizer
+
+    Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
+
+
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/quickstart"),
+    rows: Annotated[int, typer.Option(help="source rows per toy dataset")] = 40,
+) -> None:
+    """The toy world end to end on the embedded backend, plus the naive-rendering experiment."""
+    from eyas.quickstart import run_quickstart
+
+    result = run_quickstart(out, rows, console=console)
+    if result["native_errors"] or not result["naive_tool_format"]:
+        raise typer.Exit(1)
+
+
 @toy_app.command("build")
 def toy_build(
     preset: Annotated[

@@ -1,0 +1,230 @@
+"""Load samples for the audit as columns: token ids stay in numpy (offsets + flat values), so
+100M tokens audit in seconds instead of becoming 100M Python ints.
+
+Accepted inputs: an eyas stage directory (`part-*.parquet`), an eyas run directory (its
+`generate/` stage), any Parquet file or folder with at least `id`, `prompt_ids`, `output_ids`,
+and the interchange JSONL of design.md §3 (Sample field names, ids as JSON integer lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eyas.records import RecordError, Sample
+
+
+@dataclass
+class Ragged:
+    """Variable-length int rows: row i is `values[offsets[i]:offsets[i+1]]`."""
+
+    offsets: np.ndarray  # [N+1] int64
+    values: np.ndarray  # [total]
+    valid: np.ndarray | None = None  # [N] bool; None means every row is present
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def present(self, i: int) -> bool:
+        return self.valid is None or bool(self.valid[i])
+
+    @classmethod
+    def from_lists(cls, rows: list[list[int] | None], dtype=np.int32) -> Ragged:
+        lengths = np.fromiter((len(r) if r is not None else 0 for r in rows), np.int64, len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        parts = [np.asarray(r, dtype=dtype) for r in rows if r]
+        values = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        valid = np.array([r is not None for r in rows]) if any(r is None for r in rows) else None
+        return cls(offsets, values, valid)
+
+    @classmethod
+    def from_arrow(cls, column: pa.ChunkedArray | pa.Array) -> Ragged:
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if pa.types.is_large_list(arr.type):
+            arr = arr.cast(pa.list_(arr.type.value_type))
+        offsets = arr.offsets.to_numpy().astype(np.int64)
+        values = arr.values.to_numpy(zero_copy_only=False)
+        base = offsets[0]
+        valid = None
+        if arr.null_count:
+            valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
+        return cls(offsets - base, values[base : offsets[-1]], valid)
+
+
+@dataclass
+class SampleTable:
+    ids: list[str]
+    dataset: list[str]
+    prompt: Ragged
+    output: Ragged
+    loss_mask: Ragged
+    finish_reason: list[str]
+    matched_stop: list[Any]
+    turn: np.ndarray
+    messages_json: list[str | None]
+    tools_json: list[str | None]
+    backend: list[str]
+    sampling_json: list[str | None]
+    source: str = ""
+    manifest: dict = field(default_factory=dict)
+    _parsed: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _json(self, name: str, i: int) -> Any:
+        key = (name, i)
+        if key not in self._parsed:
+            raw = getattr(self, f"{name}_json")[i]
+            self._parsed[key] = orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        return self._parsed[key]
+
+    def messages(self, i: int) -> list[dict]:
+        return self._json("messages", i) or []
+
+    def tools(self, i: int) -> list[dict]:
+        return self._json("tools", i) or []
+
+    def sampling(self, i: int) -> dict:
+        return self._json("sampling", i) or {}
+
+    def supervised(self, i: int) -> np.ndarray:
+        """Per output token, 1 if trained (design.md §3: every output token by default)."""
+        if self.loss_mask.present(i) and len(self.loss_mask.row(i)) == len(self.output.row(i)):
+            return self.loss_mask.row(i)
+        return np.ones(len(self.output.row(i)), dtype=np.int8)
+
+    def sample(self, i: int) -> Sample:
+        return Sample(
+            id=self.ids[i],
+            dataset=self.dataset[i],
+            prompt_ids=self.prompt.row(i).tolist(),
+            output_ids=self.output.row(i).tolist(),
+            finish_reason=self.finish_reason[i],
+            matched_stop=self.matched_stop[i],
+            messages=self.messages(i),
+            tools=self.tools(i),
+            backend=self.backend[i],
+            sampling=self.sampling(i),
+            turn=int(self.turn[i]),
+            loss_mask=self.loss_mask.row(i).tolist() if self.loss_mask.present(i) else None,
+        )
+
+    def by_dataset(self) -> dict[str, np.ndarray]:
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(self.dataset):
+            groups.setdefault(name, []).append(i)
+        return {k: np.asarray(v) for k, v in sorted(groups.items())}
+
+
+def _col(table: pa.Table, name: str, default: Any, n: int) -> list:
+    if name in table.column_names:
+        return table.column(name).to_pylist()
+    return [default] * n
+
+
+def _from_arrow(table: pa.Table, source: str) -> SampleTable:
+    missing = [c for c in ("id", "prompt_ids", "output_ids") if c not in table.column_names]
+    if missing:
+        raise RecordError(
+            "missing_field", f"{source}: no column(s) {missing}; has {table.column_names}"
+        )
+    n = table.num_rows
+    empty = pa.array([None] * n, type=pa.list_(pa.int8()))
+    matched = _col(table, "matched_stop", None, n)
+    matched = [orjson.loads(m) if isinstance(m, str) else m for m in matched]
+    turn = np.asarray(_col(table, "turn", -1, n), dtype=np.int64)
+
+    def js(name: str) -> list:
+        return [
+            v if isinstance(v, str) or v is None else orjson.dumps(v).decode()
+            for v in _col(table, name, None, n)
+        ]
+
+    return SampleTable(
+        ids=[str(x) for x in table.column("id").to_pylist()],
+        dataset=[d or "default" for d in _col(table, "dataset", "default", n)],
+        prompt=Ragged.from_arrow(table.column("prompt_ids")),
+        output=Ragged.from_arrow(table.column("output_ids")),
+        loss_mask=Ragged.from_arrow(
+            table.column("loss_mask") if "loss_mask" in table.column_names else empty
+        ),
+        finish_reason=[f or "stop" for f in _col(table, "finish_reason", "stop", n)],
+        matched_stop=matched,
+        turn=turn,
+        messages_json=js("messages"),
+        tools_json=js("tools"),
+        backend=[b or "" for b in _col(table, "backend", "", n)],
+        sampling_json=js("sampling"),
+        source=source,
+    )
+
+
+def _from_jsonl(path: Path) -> SampleTable:
+    rows = []
+    with path.open("rb") as f:
+        for k, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise RecordError("invalid_json", f"{path}:{k + 1}: {exc}") from exc
+            missing = [c for c in ("id", "prompt_ids", "output_ids") if c not in row]
+            if missing:
+                raise RecordError("missing_field", f"{path}:{k + 1} lacks {missing}")
+            rows.append(row)
+
+    def js(key: str) -> list:
+        return [orjson.dumps(r[key]).decode() if r.get(key) is not None else None for r in rows]
+
+    return SampleTable(
+        ids=[str(r["id"]) for r in rows],
+        dataset=[r.get("dataset") or "default" for r in rows],
+        prompt=Ragged.from_lists([r["prompt_ids"] for r in rows]),
+        output=Ragged.from_lists([r["output_ids"] for r in rows]),
+        loss_mask=Ragged.from_lists([r.get("loss_mask") for r in rows], np.int8),
+        finish_reason=[r.get("finish_reason") or "stop" for r in rows],
+        matched_stop=[r.get("matched_stop") for r in rows],
+        turn=np.asarray([r.get("turn", -1) for r in rows], dtype=np.int64),
+        messages_json=js("messages"),
+        tools_json=js("tools"),
+        backend=[r.get("backend") or "" for r in rows],
+        sampling_json=js("sampling"),
+        source=str(path),
+    )
+
+
+def load_table(path: str | Path) -> SampleTable:
+    """Load any supported input; the stage manifest, when present, rides along."""
+    path = Path(path)
+    if path.is_dir() and (path / "generate").is_dir() and not list(path.glob("*.parquet")):
+        path = path / "generate"  # a run directory
+    manifest: dict = {}
+    if path.is_dir():
+        if (path / "manifest.json").exists():
+            manifest = orjson.loads((path / "manifest.json").read_bytes())
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise RecordError("no_input", f"{path} holds no Parquet shards")
+        table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+        out = _from_arrow(table, str(path))
+    elif path.suffix == ".parquet":
+        out = _from_arrow(pq.read_table(path), str(path))
+    elif path.exists():
+        out = _from_jsonl(path)
+    else:
+        raise RecordError("no_input", f"{path} does not exist")
+    out.manifest = manifest
+    return out

@@ -1,0 +1,148 @@
+"""Audit output: a terminal table per dataset, JSON, and one self-contained HTML file."""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from eyas.audit.run import AuditResult
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def print_summary(result: AuditResult, console: Console) -> None:
+    by_dataset = defaultdict(list)
+    for f in result.findings:
+        by_dataset[f.dataset].append(f)
+    overview = Table(
+        "dataset",
+        "samples",
+        "prompt p50",
+        "output p50",
+        "output p99",
+        "finish",
+        "errors",
+        "warnings",
+        title=f"audit: {result.table.source}",
+    )
+    data = result.to_dict()["datasets"]
+    for name, d in data.items():
+        fs = by_dataset[name]
+        overview.add_row(
+            name,
+            str(d["samples"]),
+            f"{d['prompt'].get('median', 0):.0f}",
+            f"{d['output'].get('median', 0):.0f}",
+            f"{d['output'].get('p99', 0):.0f}",
+            " ".join(f"{k}:{v}" for k, v in sorted(d["finish_reasons"].items())),
+            str(sum(f.severity == "error" for f in fs)),
+            str(sum(f.severity == "warning" for f in fs)),
+        )
+    console.print(overview)
+    table = Table("check", "severity", "dataset", "count", "message", "examples", title="findings")
+    order = {"error": 0, "warning": 1, "info": 2}
+    for f in sorted(result.findings, key=lambda f: (order[f.severity], f.dataset, f.check)):
+        if f.check == "length":
+            continue
+        table.add_row(
+            f.check,
+            f"[{_STYLE[f.severity]}]{f.severity}[/]",
+            f.dataset,
+            f"{f.count}/{f.total}",
+            f.message,
+            ", ".join(e[:12] for e in f.examples[:2]),
+        )
+    console.print(table)
+    verdict = (
+        "[bold green]PASS[/]"
+        if result.num_errors == 0
+        else (f"[bold red]FAIL[/]: {result.num_errors} error finding(s)")
+    )
+    console.print(
+        f"{verdict} ({len(result.table)} samples, profile {result.profile}, {result.seconds:.1f}s)"
+    )
+
+
+def _histogram_svg(hist: dict[str, Any], color: str, width: int = 320, height: int = 90) -> str:
+    counts, edges = hist.get("counts") or [], hist.get("edges") or []
+    if not counts:
+        return ""
+    peak = max(counts) or 1
+    bar_w = width / len(counts)
+    bars = "".join(
+        f'<rect x="{k * bar_w:.1f}" y="{height - 14 - (c / peak) * (height - 20):.1f}" '
+        f'width="{bar_w - 1:.1f}" height="{(c / peak) * (height - 20):.1f}" fill="{color}">'
+        f"<title>{edges[k]:.0f}-{edges[k + 1]:.0f}: {c}</title></rect>"
+        for k, c in enumerate(counts)
+    )
+    labels = (
+        f'<text x="0" y="{height - 2}" font-size="10">{edges[0]:.0f}</text>'
+        f'<text x="{width}" y="{height - 2}" font-size="10" text-anchor="end">'
+        f"{edges[-1]:.0f}</text>"
+    )
+    return f'<svg width="{width}" height="{height}">{bars}{labels}</svg>'
+
+
+def _finish_bars(finishes: dict[str, int]) -> str:
+    total = sum(finishes.values()) or 1
+    colors = {"stop": "#3a7", "length": "#d93", "abort": "#c33"}
+    parts = "".join(
+        f'<div style="width:{100 * n / total:.1f}%;background:{colors.get(k, "#888")}" '
+        f'title="{html.escape(k)}: {n}">{html.escape(k)} {n}</div>'
+        for k, n in sorted(finishes.items())
+    )
+    return f'<div class="bar">{parts}</div>'
+
+
+def write_html(result: AuditResult, path: str | Path) -> Path:
+    data = result.to_dict()
+    rows = []
+    order = {"error": 0, "warning": 1, "info": 2}
+    for f in sorted(result.findings, key=lambda f: (order[f.severity], f.dataset, f.check)):
+        if f.check == "length":
+            continue
+        rows.append(
+            f'<tr class="{f.severity}"><td>{html.escape(f.check)}</td><td>{f.severity}</td>'
+            f"<td>{html.escape(f.dataset)}</td><td>{f.count}/{f.total}</td>"
+            f"<td>{html.escape(f.message)}</td><td><code>{'<br>'.join(html.escape(e) for e in f.examples)}"
+            "</code></td></tr>"
+        )
+    cards = []
+    for name, d in data["datasets"].items():
+        cards.append(
+            f'<div class="card"><h3>{html.escape(name)} <small>{d["samples"]} samples</small></h3>'
+            f"<p>prompt tokens (median {d['prompt'].get('median', 0):.0f}, p99 "
+            f"{d['prompt'].get('p99', 0):.0f})</p>{_histogram_svg(d['prompt'].get('histogram', {}), '#58c')}"
+            f"<p>output tokens (median {d['output'].get('median', 0):.0f}, p99 "
+            f"{d['output'].get('p99', 0):.0f}, {d['output'].get('share_under_500', 0):.0%} under 500)"
+            f"</p>{_histogram_svg(d['output'].get('histogram', {}), '#c85')}"
+            f"<p>finish reasons</p>{_finish_bars(d['finish_reasons'])}</div>"
+        )
+    verdict = "PASS" if data["passed"] else f"FAIL: {data['errors']} error finding(s)"
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>eyas audit</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:24px;color:#222}}
+table{{border-collapse:collapse;width:100%;font-size:13px}}
+td,th{{border:1px solid #ddd;padding:4px 6px;vertical-align:top}}
+tr.error td{{background:#fde8e8}} tr.warning td{{background:#fff6dd}} tr.info td{{color:#666}}
+.cards{{display:flex;flex-wrap:wrap;gap:12px}} .card{{border:1px solid #ddd;padding:8px;width:340px}}
+.bar{{display:flex;height:18px;font-size:11px;color:#fff;overflow:hidden}}
+.bar div{{overflow:hidden;white-space:nowrap;padding-left:2px}}
+h1 small,h3 small{{color:#888;font-weight:normal}}
+</style></head><body>
+<h1>eyas audit <small>{html.escape(data["input"])}</small></h1>
+<p><b>{verdict}</b> · {data["num_samples"]} samples · profile {html.escape(data["profile"])} ·
+eyas {data["eyas_version"]}</p>
+<h2>Datasets</h2><div class="cards">{"".join(cards)}</div>
+<h2>Findings</h2><table><tr><th>check</th><th>severity</th><th>dataset</th><th>count</th>
+<th>message</th><th>example ids</th></tr>{"".join(rows)}</table>
+</body></html>"""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    return path
