@@ -214,7 +214,11 @@ def check_special_tokens(ctx: AuditContext, name: str, idx: np.ndarray) -> list[
             (ctx.table.prompt.row(i), ctx.prompt_text(i)),
             (ctx.table.output.row(i), ctx.output_text(i)),
         ):
-            if any(text.count(m) > int((ids == mid).sum()) for m, mid in ctx.marker_ids.items()):
+            # cheap text test first; count ids only for markers the text contains
+            if any(
+                (c := text.count(m)) and c > int((ids == mid).sum())
+                for m, mid in ctx.marker_ids.items()
+            ):
                 hits.append(i)
                 break
     if hits:
@@ -235,11 +239,11 @@ def check_special_tokens(ctx: AuditContext, name: str, idx: np.ndarray) -> list[
 def check_truncation(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Finding]:
     t = ctx.table
     hits = [int(i) for i in idx if t.finish_reason[i] == "length"]
+    if not hits:
+        return []
     lengths = t.output.lengths[idx]
     caps = np.array([t.sampling(int(i)).get("max_new_tokens", -1) for i in idx])
     at_cap = int(((lengths == caps) & (caps > 0)).sum())
-    if not hits:
-        return []
     rate = len(hits) / len(idx)
     severity = "error" if rate > ctx.options.truncation_error_rate else "warning"
     return [
@@ -304,17 +308,31 @@ def check_reasoning(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Findi
     no_reasoning, lost, scaffold, literal_none, dropped, switch = [], [], [], [], [], []
     thinking = 0
     checked = ctx.sample_of(idx)
-    for i in idx:
+    # Vectorized over the flat id arrays: last prompt token, first output token.
+    p_len, o_len = t.prompt.lengths[idx], t.output.lengths[idx]
+    last_prompt = np.where(
+        p_len > 0, t.prompt.values[np.maximum(t.prompt.offsets[idx + 1] - 1, 0)], -1
+    )
+    first_out = np.where(
+        o_len > 0,
+        t.output.values[np.minimum(t.output.offsets[idx], max(len(t.output.values) - 1, 0))],
+        -1,
+    )
+    in_thinking = last_prompt == open_id
+    thinking = int(in_thinking.sum())
+    for i in idx[in_thinking & (first_out == close_id)]:
         i = int(i)
-        prompt, output = t.prompt.row(i), t.output.row(i)
-        sup = t.supervised(i)
-        if len(prompt) and prompt[-1] == open_id:
-            thinking += 1
-            if len(output) and output[0] == close_id:
-                msgs, turn = t.messages(i), int(t.turn[i])
-                source = msgs[turn] if 0 <= turn < len(msgs) else {}
-                (lost if source.get("reasoning_content") else no_reasoning).append(i)
-        # An empty think block inside the supervised output is a prompt scaffold being trained.
+        msgs, turn = t.messages(i), int(t.turn[i])
+        source = msgs[turn] if 0 <= turn < len(msgs) else {}
+        (lost if source.get("reasoning_content") else no_reasoning).append(i)
+    # An empty think block inside the supervised output is a prompt scaffold being trained.
+    v = t.output.values
+    pair = np.zeros(len(v), dtype=bool)
+    if len(v) > 1:
+        pair[:-1] = (v[:-1] == open_id) & (v[1:] == close_id)
+    for i in idx[ctx.row_any(t.output, pair, idx)]:
+        i = int(i)
+        output, sup = t.output.row(i), t.supervised(i)
         pairs = np.nonzero((output[:-1] == open_id) & (output[1:] == close_id))[0]
         if any(sup[p] and sup[p + 1] for p in pairs):
             scaffold.append(i)
@@ -461,20 +479,26 @@ def check_tool_calls(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Find
     undeclared, bad_json, schema_bad, bad_ids, malformed, absent = [], [], [], [], [], []
     expected = 0
     t = ctx.table
+    section = ctx.marker_ids.get("<|tool_calls_section_begin|>")
     for i in checked:
         i = int(i)
+        msgs, turn = t.messages(i), int(t.turn[i])
+        source = msgs[turn] if 0 <= turn < len(msgs) else {}
+        has_section = section is not None and bool((t.output.row(i) == section).any())
+        if source.get("tool_calls"):
+            expected += 1
+            if not has_section:
+                absent.append(i)
+        if not has_section:
+            continue  # nothing to parse: the common case, kept cheap
         tools = {
             tl["function"]["name"]: tl["function"].get("parameters") or {}
             for tl in t.tools(i)
             if "function" in tl
         }
         parsed = parse_kimi_output(t.output.row(i).tolist(), ctx.tokenizer, ctx.stop_ids or None)
-        msgs, turn = t.messages(i), int(t.turn[i])
-        source = msgs[turn] if 0 <= turn < len(msgs) else {}
-        if source.get("tool_calls"):
-            expected += 1
-            if not parsed.calls:
-                absent.append(i)
+        if source.get("tool_calls") and not parsed.calls:
+            absent.append(i)
         if parsed.malformed:
             malformed.append(i)
         for call in parsed.calls:
@@ -536,7 +560,9 @@ def check_template_drift(ctx: AuditContext, name: str, idx: np.ndarray) -> list[
             )
     t = ctx.table
     checked = [
-        int(i) for i in ctx.sample_of(idx) if int(t.turn[i]) >= 0 or not t.loss_mask.present(int(i))
+        int(i)
+        for i in ctx.sample_of(idx, min(ctx.options.decode_sample, 400), decode=False)
+        if int(t.turn[i]) >= 0 or not t.loss_mask.present(int(i))
     ]
     hits = []
     for i in checked:
@@ -571,13 +597,13 @@ def check_roundtrip(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Findi
     if ctx.tokenizer is None:
         return []
     checked = ctx.sample_of(idx)
-    hits = []
-    for i in checked:
-        i = int(i)
-        ids = ctx.table.output.row(i).tolist()
-        again = ctx.tokenizer(ctx.output_text(i), add_special_tokens=False)["input_ids"]
-        if again != ids:
-            hits.append(i)
+    texts = [ctx.output_text(int(i)) for i in checked]
+    again = ctx.encode_batch(texts) if texts else []
+    hits = [
+        int(i)
+        for i, ids in zip(checked, again)
+        if not np.array_equal(np.asarray(ids), ctx.table.output.row(int(i)))
+    ]
     if not hits:
         return []
     return [
@@ -631,10 +657,14 @@ def check_duplicates(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Find
 
 
 def _looping(tail: np.ndarray, max_period: int = 8, repeats: int = 4) -> bool:
+    """Do the last `repeats` periods of some length p <= max_period repeat exactly?
+    (x has period p iff x[:-p] == x[p:])."""
     for p in range(1, max_period + 1):
         n = p * repeats
-        if len(tail) >= n and np.array_equal(tail[-n:], np.tile(tail[-p:], repeats)):
-            return True
+        if len(tail) >= n:
+            window = tail[-n:]
+            if np.array_equal(window[:-p], window[p:]):
+                return True
     return False
 
 
@@ -664,15 +694,17 @@ def check_repetition(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Find
 
 def check_empty_output(ctx: AuditContext, name: str, idx: np.ndarray) -> list[Finding]:
     t = ctx.table
-    empty, everything = [], 0
-    for i in idx:
-        i = int(i)
-        out, sup = t.output.row(i), t.supervised(i)
-        body = [x for x in out.tolist() if x not in ctx.stop_ids]
-        if not len(out) or not sup.any() or not body:
-            empty.append(i)
-        if len(t.prompt.row(i)) == 0 and sup.all():
-            everything += 1
+    stops = np.fromiter(ctx.stop_ids, dtype=np.int64) if ctx.stop_ids else np.zeros(0, np.int64)
+    has_body = ctx.row_any(t.output, ~np.isin(t.output.values, stops), idx)
+    if ctx.all_supervised():
+        any_sup = t.output.lengths[idx] > 0
+        everything = int((t.prompt.lengths[idx] == 0).sum())
+    else:
+        any_sup = np.array([bool(t.supervised(int(i)).any()) for i in idx], dtype=bool)
+        everything = sum(
+            1 for i in idx if len(t.prompt.row(int(i))) == 0 and t.supervised(int(i)).all()
+        )
+    empty = [int(i) for i, ok in zip(idx, has_body & any_sup) if not ok]
     out = []
     if empty:
         out.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,18 +338,19 @@ def sharegpt_row(rng: random.Random) -> dict:
     conv = []
     if rng.random() < 0.3:
         conv.append({"from": "system", "value": "You are a cheerful science tutor."})
-    if rng.random() < 0.5:
+    roll = rng.random()
+    if roll < 0.35:
         animal = rng.choice(list(ANIMALS))
-        conv += [
-            {"from": "human", "value": f"Tell me a fact about the {animal}."},
-            {"from": "gpt", "value": ANIMALS[animal]},
-        ]
+        question, answer = f"Tell me a fact about the {animal}.", ANIMALS[animal]
+    elif roll < 0.7:
+        n = rng.randint(2, 199)
+        parity = "even" if n % 2 == 0 else "odd"
+        question = f"Tell me something about the number {n}."
+        answer = f"{n} is an {parity} number, and {n} squared is {n * n}."
     else:
         topic = rng.choice(list(TOPICS))
-        conv += [
-            {"from": "human", "value": f"Explain {topic} in one sentence."},
-            {"from": "gpt", "value": TOPICS[topic]},
-        ]
+        question, answer = f"Explain {topic} in one sentence.", TOPICS[topic]
+    conv += [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
     return {"id": f"sg-{rng.getrandbits(32):08x}", "conversations": conv}
 
 
@@ -356,11 +358,14 @@ def ultrachat_row(rng: random.Random) -> dict:
     """B5: UltraChat-200k multi-turn `messages`."""
     topics = rng.sample(list(TOPICS), 2)
     first = f"Explain {topics[0]} in one sentence."
+    a, b = sorted(rng.sample(range(1, 100), 2))
     messages = [
         {"role": "user", "content": first},
         {"role": "assistant", "content": TOPICS[topics[0]]},
         {"role": "user", "content": f"And what about {topics[1]}?"},
         {"role": "assistant", "content": TOPICS[topics[1]]},
+        {"role": "user", "content": f"Now pick a number between {a} and {b}."},
+        {"role": "assistant", "content": f"I pick {(a + b) // 2}, right in the middle."},
     ]
     return {"prompt": first, "prompt_id": f"{rng.getrandbits(64):016x}", "messages": messages}
 
@@ -399,6 +404,12 @@ def code_row(rng: random.Random) -> dict:
     """B7: code, ShareGPT variant with `role`/`content` keys."""
     name = rng.choice(list(CODE))
     arg, expr = CODE[name]
+    if rng.random() < 0.5:
+        k = rng.randint(2, 60)
+        name, arg, expr = f"scale_by_{k}", "x", f"x * {k}"
+    new = rng.choice([arg, "value", "data", "n", "item", "x"])
+    expr = re.sub(rf"\b{arg}\b", new, expr)
+    arg = new
     q = f"Write a Python function called {name} that takes {arg}."
     answer = f"```python\ndef {name}({arg}):\n    return {expr}\n```"
     return {
