@@ -288,6 +288,97 @@ def show(
     Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
 
 
+export_app = typer.Typer(no_args_is_help=True, help="Export drafters and samples.")
+app.add_typer(export_app, name="export")
+
+
+@app.command()
+def train(
+    target: Annotated[Path | None, typer.Option(help="target model directory")] = None,
+    data: Annotated[Path | None, typer.Option(help="generate stage dir, Parquet or sample JSONL")] = None,
+    out: Annotated[Path | None, typer.Option(help="output directory")] = None,
+    steps: Annotated[int | None, typer.Option()] = None,
+    ttt: Annotated[int | None, typer.Option(help="training-time-test steps")] = None,
+    draft_vocab: Annotated[int | None, typer.Option()] = None,
+    max_len: Annotated[int | None, typer.Option()] = None,
+    lr: Annotated[float | None, typer.Option()] = None,
+    batch_tokens: Annotated[int | None, typer.Option()] = None,
+    config: Annotated[Path | None, typer.Option(help="train TOML (flags override it)")] = None,
+) -> None:
+    """Train an EAGLE-3 drafter with the target online; rerun to resume."""
+    import tomllib
+
+    from eyas.config import TrainConfig
+    from eyas.train.loop import run_train
+
+    values: dict = tomllib.loads(config.read_text()) if config else {}
+    for key, value in (("target", target), ("data", data), ("out", out), ("steps", steps),
+                       ("ttt", ttt), ("draft_vocab", draft_vocab), ("max_len", max_len),
+                       ("lr", lr), ("batch_tokens", batch_tokens)):
+        if value is not None:
+            values[key] = value
+    cfg = TrainConfig.model_validate(values)
+    from rich.progress import Progress
+
+    with Progress(console=console) as bar:
+        task = bar.add_task("train", total=cfg.steps)
+
+        def on_step(m: dict) -> None:
+            acc = m["per_step_acc"][0]
+            bar.update(task, completed=m["step"],
+                       description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}")
+
+        path = run_train(cfg, log=console.print, on_step=on_step)
+    console.print(f"drafter -> {path}")
+
+
+@export_app.command("drafter")
+def export_drafter_cmd(
+    checkpoint: Annotated[Path, typer.Option(help="trained drafter dir (OUT/drafter)")],
+    format: Annotated[str, typer.Option(help="sglang|vllm")],
+    out: Annotated[Path, typer.Option()],
+    target: Annotated[Path | None, typer.Option(help="target dir (default: from training)")] = None,
+    speculative_tokens: Annotated[int, typer.Option(help="vllm: draft tokens per step")] = 3,
+) -> None:
+    """Export a drafter for SGLang or vLLM, then validate it."""
+    from eyas.export.drafter import export_drafter
+    from eyas.export.validate import ExportError, check_export
+
+    path = export_drafter(checkpoint, format, out, target, speculative_tokens)
+    try:
+        summary = check_export(path, target)
+    except ExportError as exc:
+        _fail(str(exc), 1)
+    console.print(f"{format} export -> {path}; validated: {summary}")
+
+
+@export_app.command("check")
+def export_check_cmd(
+    path: Annotated[Path, typer.Argument()],
+    target: Annotated[Path | None, typer.Option(help="target dir (default: from the export)")] = None,
+) -> None:
+    """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
+    from eyas.export.validate import ExportError, check_export
+
+    try:
+        console.print(check_export(path, target))
+    except ExportError as exc:
+        _fail(str(exc), 1)
+
+
+@export_app.command("samples")
+def export_samples_cmd(
+    input: Annotated[Path, typer.Argument(help="stage dir, Parquet or sample JSONL")],
+    format: Annotated[str, typer.Option(help="specforge|speculators")],
+    out: Annotated[Path, typer.Option(help="output JSONL")],
+    include_truncated: Annotated[bool, typer.Option("--include-truncated")] = False,
+) -> None:
+    """Write samples for SpecForge or speculators with ids and loss masks intact."""
+    from eyas.export.samples import export_samples
+
+    console.print(export_samples(input, format, out, include_truncated))
+
+
 @app.command()
 def quickstart(
     out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/quickstart"),

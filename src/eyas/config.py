@@ -147,3 +147,33 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Pipelin
     for ds in cfg.datasets:
         ds.path = _resolve(ds.path, base)
     return cfg
+
+
+class TrainConfig(_Strict):
+    """`eyas train` (TOML via --config, or flags). Defaults follow the peers where they agree
+    (AdamW β=(0.9, 0.95), clip 0.5, 7 TTT steps with weights 0.8^k)."""
+
+    target: Path
+    data: Path
+    out: Path
+    steps: int = Field(1000, ge=1)
+    ttt: int = Field(7, ge=1)
+    draft_vocab: int = Field(32000, ge=2)
+    max_len: int = Field(4096, ge=8)
+    length_policy: Literal["skip", "truncate"] = "skip"
+    include_truncated: bool = False
+    batch_tokens: int = Field(8192, ge=8)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    clip: float = Field(0.5, gt=0)
+    loss_decay: float = Field(0.8, gt=0, le=1)
+    seed: int = 0
+    checkpoint_every: int = Field(200, ge=1)
+    aux_layers: list[int] | None = None
+    intermediate_size: int | None = None
+    device: str | None = None  # cuda when available, else cpu
+    fsdp: bool = False  # FSDP2 (GPU); DDP otherwise when launched with torchrun
+    trust_remote_code: bool = False

@@ -1,0 +1,190 @@
+"""The EAGLE-3 draft model, in one file (design.md §9; EAGLE-3 paper, arXiv 2503.01840).
+
+Tensor names and config fields follow SGLang's `LlamaForCausalLMEagle3`, so export is a save:
+
+    embed_tokens            frozen copy of the target's input embedding          [V, H]
+    fc                      fuses three target hidden states, no bias            [H, 3*Ht]
+    midlayer.*              one Llama decoder layer whose attention input is
+                            [input_layernorm(embed) ; hidden_norm(fused)] (2H)
+    norm, lm_head           final RMSNorm and the head over the draft vocabulary [Dv, H]
+    d2t, t2d                draft id -> target id offset; target-in-draft mask
+
+Training-time test (TTT): step 0 feeds the target's fused hidden states; step k >= 1 feeds the
+drafter's own output hidden state from step k-1 at the same index. The query of step k at
+index j attends to step-0 keys at positions <= j (the real context) plus the keys of steps
+1..k at index j (its own draft chain) -- exactly what decoding does, where draft step k sits at
+sequence position j + k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class DrafterConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int  # the target's vocabulary
+    draft_vocab_size: int
+    target_hidden_size: int
+    aux_layer_ids: list[int]  # HF hidden_states indices = SGLang/vLLM capture ids
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    head_dim: int = 0  # derived when 0
+    target_num_layers: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if len(self.aux_layer_ids) != 3:
+            raise ValueError(f"EAGLE-3 fuses exactly 3 target layers, got {self.aux_layer_ids}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding, Llama (half-split) layout. x: [B, h, T, d]; positions: [T]."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    angles = positions.float()[:, None] * inv[None, :]  # [T, d/2]
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)
+    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        h, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.h, self.kv, self.d, self.theta = h, kv, d, cfg.rope_theta
+        self.q_proj = nn.Linear(2 * cfg.hidden_size, h * d, bias=False)
+        self.k_proj = nn.Linear(2 * cfg.hidden_size, kv * d, bias=False)
+        self.v_proj = nn.Linear(2 * cfg.hidden_size, kv * d, bias=False)
+        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
+
+    def project(self, x: torch.Tensor, positions: torch.Tensor):
+        """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA)."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.h, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv, self.d).transpose(1, 2)
+        q, k = rope(q, positions, self.theta), rope(k, positions, self.theta)
+        rep = self.h // self.kv
+        return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+
+    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
+        """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
+        causally, later steps' only on the diagonal (same index j)."""
+        q, k, v = self.project(x, positions)
+        cache.append((k, v))
+        k0, v0 = cache[0]
+        scale = 1.0 / math.sqrt(self.d)
+        t = x.shape[1]
+        scores0 = torch.matmul(q, k0.transpose(-1, -2)) * scale  # [B, h, T, T]
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        scores0 = scores0.masked_fill(~causal, float("-inf"))
+        diag = [(q * ks).sum(-1, keepdim=True) * scale for ks, _ in cache[1:]]  # [B, h, T, 1]
+        weights = torch.softmax(torch.cat([scores0, *diag], -1).float(), -1).to(q.dtype)
+        out = torch.matmul(weights[..., :t], v0)  # [B, h, T, d]
+        for s, (_, vs) in enumerate(cache[1:]):
+            out = out + weights[..., t + s : t + s + 1] * vs
+        b = x.shape[0]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, embeds, hidden, positions, cache):
+        # embeds, hidden: [B, T, H]; the residual stream is the fused/previous hidden state
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)  # [B, T, 2H]
+        h = hidden + self.self_attn(x, positions, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Eagle3Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)  # the target's; frozen
+        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = DecoderLayer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+
+    def draft_to_target(self) -> torch.Tensor:
+        """Target id of each draft id: [Dv]."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def step(self, input_ids, hidden, positions, cache):
+        """One draft step. input_ids: [B, T]; hidden: [B, T, H] -> (logits [B, T, Dv], hidden)."""
+        out = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        return self.lm_head(self.norm(out)), out
+
+    def forward(self, input_ids: torch.Tensor, aux_hidden: torch.Tensor, ttt_steps: int):
+        """Unrolled TTT forward.
+
+        Args:
+            input_ids: [B, T] tokens x_{j+1} for index j (the sequence shifted left by one).
+            aux_hidden: [B, T, 3*Ht] target hidden states h_j of the three aux layers.
+            ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
+
+        Returns:
+            list of K draft logits [B, T, Dv]; step k uses input_ids shifted left by k
+            (positions past the end repeat the last token and are masked by the loss).
+        """
+        b, t = input_ids.shape
+        hidden = self.fc(aux_hidden)  # [B, T, H]
+        cache: list = []
+        logits_per_step = []
+        for k in range(ttt_steps):
+            ids_k = torch.cat([input_ids[:, k:], input_ids[:, -1:].expand(b, min(k, t))], 1)[:, :t]
+            positions = torch.arange(t, device=input_ids.device) + k
+            logits, hidden = self.step(ids_k, hidden, positions, cache)
+            logits_per_step.append(logits)
+        return logits_per_step

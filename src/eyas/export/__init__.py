@@ -1,0 +1,1 @@
+"""Export: drafter -> SGLang / vLLM formats (with a validator); samples -> peer trainers."""

@@ -1,0 +1,139 @@
+"""Export a trained drafter for SGLang (`LlamaForCausalLMEagle3`) and vLLM (speculators).
+
+    eyas export drafter --checkpoint runs/x/drafter --format sglang --out exports/sglang
+    eyas export drafter --checkpoint runs/x/drafter --format vllm --out exports/vllm
+    eyas export check exports/sglang --target /models/Kimi-K2.5
+
+Tensor names are the drafter's own (they already follow SGLang), so export is a save. The
+config is derived from the trained drafter and the target's `config.json`, never copied from
+another model (anchors.md #49), and carries only what was trained (no injected rope scaling,
+anchors.md #53). The embedding is exported equal to the target's (anchors.md #50).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+
+from eyas import __version__
+
+EXPORT_FORMATS = ("sglang", "vllm")
+
+
+def _target_config(target_dir: Path) -> dict:
+    path = target_dir / "config.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _llama_fields(d: dict, target: dict) -> dict[str, Any]:
+    fields = {
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": d["hidden_size"],
+        "intermediate_size": d["intermediate_size"],
+        "num_attention_heads": d["num_attention_heads"],
+        "num_key_value_heads": d["num_key_value_heads"],
+        "head_dim": d["head_dim"],
+        "hidden_act": "silu",
+        "vocab_size": d["vocab_size"],
+        "max_position_embeddings": d["max_position_embeddings"],
+        "rms_norm_eps": d["rms_norm_eps"],
+        "rope_theta": d["rope_theta"],
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": "bfloat16",
+    }
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in target:
+            fields[key] = target[key]
+    return fields
+
+
+def sglang_config(d: dict, target: dict) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        **_llama_fields(d, target),
+        "draft_vocab_size": d["draft_vocab_size"],
+        "target_hidden_size": d["target_hidden_size"],
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": d["aux_layer_ids"],
+            "use_aux_hidden_state": True,
+        },
+        "eyas": {"version": __version__, "aux_layer_convention": "hf_hidden_states_index"},
+    }
+
+
+def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int) -> dict:
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "transformer_layer_config": _llama_fields(d, target),
+        "draft_vocab_size": d["draft_vocab_size"],
+        "norm_before_residual": False,
+        "target_hidden_size": d["target_hidden_size"],
+        "eagle_aux_hidden_state_layer_ids": d["aux_layer_ids"],
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": speculative_tokens}
+            ],
+            "default_proposal_method": "greedy",
+            "verifier": {
+                "name_or_path": target_name,
+                "architectures": target.get("architectures", []),
+            },
+        },
+        "eyas": {"version": __version__},
+    }
+
+
+def export_drafter(
+    checkpoint: str | Path,
+    fmt: str,
+    out: str | Path,
+    target_dir: str | Path | None = None,
+    speculative_tokens: int = 3,
+) -> Path:
+    """Write `config.json` and `model.safetensors` for `fmt`; the validator runs after."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format is one of {EXPORT_FORMATS}")
+    checkpoint, out = Path(checkpoint), Path(out)
+    d = json.loads((checkpoint / "drafter_config.json").read_text())
+    target_path = Path(target_dir or d.get("target_dir") or "")
+    target = _target_config(target_path)
+    weights = load_file(str(checkpoint / "model.safetensors"))
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "sglang":
+        config = sglang_config(d, target)
+    else:
+        config = vllm_config(d, target, str(target_path), speculative_tokens)
+    # bf16 for the float weights as servers load them; d2t/t2d keep their integer/bool types.
+    import torch
+
+    tensors = {
+        k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+        for k, v in weights.items()
+    }
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    data = d.get("data") or {}
+    (out / "eyas_export.json").write_text(
+        json.dumps(
+            {
+                "format": fmt,
+                "eyas_version": __version__,
+                "source_checkpoint": str(checkpoint),
+                "target_dir": str(target_path),
+                "training_p99_len": data.get("p99_len"),
+                "training_max_len": data.get("max_len_seen"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return out

@@ -1,0 +1,140 @@
+"""The export validator: run on every export and as `eyas export check DIR`.
+
+It knows which tensors SGLang and vLLM load and checks their presence, shapes, dtypes and
+values: the embedding must equal the target's (random embeddings: anchors.md #50), d2t/t2d
+must agree, the aux layer ids must lie inside the target's depth, and
+`max_position_embeddings` must cover the training data's p99 length (anchors.md #48).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+
+class ExportError(ValueError):
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid export:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def _target_embedding(target_dir: Path) -> torch.Tensor | None:
+    files = sorted(target_dir.glob("*.safetensors"))
+    for f in files:
+        with safe_open(str(f), "pt") as st:
+            for key in (
+                "model.embed_tokens.weight",
+                "embed_tokens.weight",
+                "language_model.model.embed_tokens.weight",
+            ):
+                if key in st.keys():  # noqa: SIM118 - safe_open has no __contains__
+                    return st.get_tensor(key)
+    return None
+
+
+def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict:
+    """Return a summary, or raise ExportError listing every problem found."""
+    path = Path(path)
+    problems: list[str] = []
+    if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
+        raise ExportError([f"{path} needs config.json and model.safetensors"])
+    cfg = json.loads((path / "config.json").read_text())
+    meta = (
+        json.loads((path / "eyas_export.json").read_text())
+        if (path / "eyas_export.json").exists()
+        else {}
+    )
+    weights = load_file(str(path / "model.safetensors"))
+    if cfg.get("architectures") == ["LlamaForCausalLMEagle3"]:
+        layer, aux = cfg, (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    elif cfg.get("speculators_model_type") == "eagle3":
+        layer, aux = (
+            cfg.get("transformer_layer_config") or {},
+            cfg.get("eagle_aux_hidden_state_layer_ids"),
+        )
+    else:
+        raise ExportError([f"unknown drafter config: architectures={cfg.get('architectures')}"])
+    h, v = layer.get("hidden_size"), layer.get("vocab_size")
+    dv, ht = cfg.get("draft_vocab_size"), cfg.get("target_hidden_size") or h
+    nh, nkv = layer.get("num_attention_heads"), layer.get("num_key_value_heads")
+    hd = layer.get("head_dim") or (h // nh if h and nh else None)
+    inter = layer.get("intermediate_size")
+    expected = {
+        "fc.weight": (h, 3 * ht),
+        "norm.weight": (h,),
+        "lm_head.weight": (dv, h),
+        "d2t": (dv,),
+        "t2d": (v,),
+        "embed_tokens.weight": (v, h),
+        "midlayer.self_attn.q_proj.weight": (nh * hd, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (nkv * hd, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (nkv * hd, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, nh * hd),
+        "midlayer.mlp.gate_proj.weight": (inter, h),
+        "midlayer.mlp.up_proj.weight": (inter, h),
+        "midlayer.mlp.down_proj.weight": (h, inter),
+        "midlayer.input_layernorm.weight": (h,),
+        "midlayer.hidden_norm.weight": (h,),
+        "midlayer.post_attention_layernorm.weight": (h,),
+    }
+    for name, shape in expected.items():
+        if name not in weights:
+            problems.append(f"missing tensor {name}")
+        elif tuple(weights[name].shape) != shape:
+            problems.append(f"{name} has shape {tuple(weights[name].shape)}, expected {shape}")
+    for name, tensor in weights.items():
+        if name in ("d2t",) and tensor.dtype != torch.int64:
+            problems.append(f"d2t dtype {tensor.dtype}, expected int64")
+        elif name == "t2d" and tensor.dtype != torch.bool:
+            problems.append(f"t2d dtype {tensor.dtype}, expected bool")
+        elif name not in ("d2t", "t2d") and tensor.dtype not in (
+            torch.bfloat16,
+            torch.float16,
+            torch.float32,
+        ):
+            problems.append(f"{name} dtype {tensor.dtype} is not a float type")
+    if "d2t" in weights and "t2d" in weights and not problems:
+        ids = torch.arange(dv) + weights["d2t"]
+        if ids.min() < 0 or ids.max() >= v or not bool((ids[1:] > ids[:-1]).all()):
+            problems.append("d2t maps draft ids outside the target vocabulary or out of order")
+        elif not bool(weights["t2d"][ids].all()) or int(weights["t2d"].sum()) != dv:
+            problems.append("t2d does not mark exactly the draft vocabulary of d2t")
+    if not aux or len(aux) != 3:
+        problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 ids, got {aux}")
+    target = Path(target_dir or meta.get("target_dir") or "")
+    tcfg = (
+        json.loads((target / "config.json").read_text())
+        if (target / "config.json").exists()
+        else {}
+    )
+    if tcfg and aux:
+        depth = tcfg.get("num_hidden_layers")
+        if any(not 1 <= i <= depth for i in aux):
+            problems.append(f"aux layer ids {aux} outside the target's depth 1..{depth}")
+        if tcfg.get("vocab_size") not in (None, v):
+            problems.append(f"vocab_size {v} != target's {tcfg.get('vocab_size')}")
+        if tcfg.get("hidden_size") not in (None, ht):
+            problems.append(f"target_hidden_size {ht} != target's {tcfg.get('hidden_size')}")
+    embedding = _target_embedding(target) if target.is_dir() else None
+    if embedding is not None and "embed_tokens.weight" in weights:
+        mine = weights["embed_tokens.weight"]
+        if mine.shape != embedding.shape or not torch.equal(mine, embedding.to(mine.dtype)):
+            problems.append("embed_tokens.weight differs from the target's input embedding")
+    p99 = meta.get("training_p99_len")
+    mpe = layer.get("max_position_embeddings")
+    if p99 and mpe and mpe < p99:
+        problems.append(f"max_position_embeddings {mpe} < training p99 length {p99}")
+    if problems:
+        raise ExportError(problems)
+    return {
+        "path": str(path),
+        "tensors": len(weights),
+        "draft_vocab_size": dv,
+        "aux_layers": aux,
+        "max_position_embeddings": mpe,
+        "embedding_checked": embedding is not None,
+    }

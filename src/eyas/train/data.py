@@ -1,0 +1,104 @@
+"""Training sequences from samples: `prompt_ids + output_ids`, token for token, with a mask.
+
+Nothing is re-tokenized or re-rendered here (anchors.md #30): the sequence is exactly what was
+sent and sampled. `supervised[k] = 1` iff token k is a generated token the drafter must learn
+(every output token, or the sample's `loss_mask`); prompt tokens are never supervised.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eyas.audit.data import load_table
+
+
+@dataclass
+class Sequence:
+    id: str
+    dataset: str
+    ids: list[int]
+    supervised: list[int]
+
+
+@dataclass
+class DataReport:
+    loaded: int = 0
+    used: int = 0
+    excluded: Counter = field(default_factory=Counter)
+    truncated: int = 0
+    lengths: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        lengths = sorted(self.lengths)
+        p99 = lengths[min(len(lengths) - 1, int(0.99 * len(lengths)))] if lengths else 0
+        return {
+            "loaded": self.loaded,
+            "used": self.used,
+            "excluded": dict(self.excluded),
+            "truncated": self.truncated,
+            "max_len_seen": max(lengths, default=0),
+            "p99_len": p99,
+        }
+
+
+def load_sequences(
+    path: str | Path,
+    max_len: int,
+    length_policy: str = "skip",
+    include_truncated: bool = False,
+) -> tuple[list[Sequence], DataReport]:
+    """Every excluded sample is counted by reason; none disappears silently.
+
+    `length_policy`: `skip` drops sequences longer than `max_len` (reason `over_max_len`);
+    `truncate` keeps their first `max_len` tokens (counted in `truncated`).
+    Samples cut at max_new_tokens (`finish_reason == "length"`) are excluded unless
+    `include_truncated` (anchors.md #2); aborted samples always are.
+    """
+    if length_policy not in ("skip", "truncate"):
+        raise ValueError("length_policy is 'skip' or 'truncate'")
+    table = load_table(path)
+    report = DataReport(loaded=len(table))
+    out = []
+    for i in range(len(table)):
+        finish = table.finish_reason[i]
+        if finish == "abort" or (finish == "length" and not include_truncated):
+            report.excluded[f"finish_{finish}"] += 1
+            continue
+        prompt, output = table.prompt.row(i).tolist(), table.output.row(i).tolist()
+        mask = table.supervised(i).tolist()
+        ids = prompt + output
+        sup = [0] * len(prompt) + [int(m) for m in mask]
+        if not any(sup):
+            report.excluded["no_supervised_tokens"] += 1
+            continue
+        if len(ids) > max_len:
+            if length_policy == "skip":
+                report.excluded["over_max_len"] += 1
+                continue
+            ids, sup = ids[:max_len], sup[:max_len]
+            report.truncated += 1
+        report.lengths.append(len(ids))
+        out.append(Sequence(table.ids[i], table.dataset[i], ids, sup))
+    report.used = len(out)
+    return out, report
+
+
+def make_batches(seqs: list[Sequence], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Length-bucketed batches of at most `max_tokens` padded tokens, in a seeded order."""
+    rng = random.Random(f"{seed}:{epoch}")
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), rng.random()))
+    batches, cur, width = [], [], 0
+    for i in order:
+        n = len(seqs[i].ids)
+        if cur and max(width, n) * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, width = [], 0
+        cur.append(i)
+        width = max(width, n)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches

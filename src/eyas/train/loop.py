@@ -1,0 +1,298 @@
+"""`eyas train`: EAGLE-3 drafter training with the target online.
+
+    eyas train --target MODEL_DIR --data runs/x/generate --out runs/x/drafter --steps 2000
+    torchrun --nproc-per-node 8 -m eyas.cli train --config train.toml     # DDP (FSDP2: fsdp=true)
+
+Skeleton: setup (data, vocab, target, drafter, optimizer) / train / save_checkpoint / cleanup.
+Resuming is automatic: rerun the same command and it continues from `OUT/checkpoints/latest`
+with model, optimizer, scheduler, RNG and data position restored, reproducing the
+uninterrupted loss curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from eyas import __version__
+from eyas.config import TrainConfig
+from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.vocab import build_vocab_mapping, token_counts
+from eyas.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_drafter
+from eyas.train.data import Sequence, load_sequences, make_batches
+from eyas.train.loss import step_mask, ttt_loss
+from eyas.train.target import TargetModel
+
+
+def _collate(seqs: list[Sequence], device: str):
+    width = max(len(s.ids) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    sup = torch.zeros(len(seqs), width, dtype=torch.long)
+    attn = torch.zeros(len(seqs), width, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s.ids)] = torch.tensor(s.ids)
+        sup[r, : len(s.ids)] = torch.tensor(s.supervised)
+        attn[r, : len(s.ids)] = 1
+    return ids.to(device), sup.to(device), attn.to(device)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.log = log
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        cfg = self.cfg
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.startswith("cuda") else "gloo")
+            if self.device.startswith("cuda"):
+                self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+                torch.cuda.set_device(self.device)
+        torch.manual_seed(cfg.seed)
+        self.seqs, self.data_report = load_sequences(
+            cfg.data, cfg.max_len, cfg.length_policy, cfg.include_truncated
+        )
+        if not self.seqs:
+            raise ValueError(
+                f"no usable training samples in {cfg.data}: {self.data_report.as_dict()}"
+            )
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.target = TargetModel(
+            cfg.target, cfg.aux_layers, self.device, dtype, cfg.trust_remote_code
+        )
+        vocab = self._vocab()
+        tcfg = self.target.model.config
+        dcfg = DrafterConfig(
+            hidden_size=self.target.hidden_size,
+            intermediate_size=cfg.intermediate_size or tcfg.intermediate_size,
+            num_attention_heads=tcfg.num_attention_heads,
+            num_key_value_heads=getattr(tcfg, "num_key_value_heads", tcfg.num_attention_heads),
+            vocab_size=self.target.vocab_size,
+            draft_vocab_size=vocab["draft_vocab_size"],
+            target_hidden_size=self.target.hidden_size,
+            aux_layer_ids=self.target.aux_layers,
+            max_position_embeddings=getattr(tcfg, "max_position_embeddings", cfg.max_len),
+            rms_norm_eps=getattr(tcfg, "rms_norm_eps", 1e-6),
+            rope_theta=float(
+                getattr(tcfg, "rope_theta", None)
+                or (getattr(tcfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+            ),
+            target_num_layers=self.target.num_layers,
+        )
+        model = Eagle3Drafter(dcfg)
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(self.target.input_embedding().float())
+            model.d2t.copy_(vocab["d2t"])
+            model.t2d.copy_(vocab["t2d"])
+        self.raw_model = model.to(self.device)
+        self.model = self._wrap(self.raw_model)
+        params = [p for p in self.raw_model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
+        self.step = 0
+        self.batches_done = 0
+        self.ckpt_root = cfg.out / "checkpoints"
+        ckpt = latest_checkpoint(self.ckpt_root)
+        if ckpt is not None:
+            state = load_checkpoint(ckpt, self.raw_model, self.optimizer, self.scheduler)
+            self.step, self.batches_done = state["step"], state["batches_done"]
+            self.log(f"resumed from {ckpt.name} (step {self.step})")
+
+    def _wrap(self, model: Eagle3Drafter):
+        if self.world == 1:
+            return model
+        if self.cfg.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            fully_shard(model.midlayer)
+            return fully_shard(model)
+        return torch.nn.parallel.DistributedDataParallel(model)
+
+    def _vocab(self) -> dict:
+        """Draft vocabulary over supervised tokens, cached in OUT keyed by the data."""
+        import hashlib
+
+        key = hashlib.sha256(
+            json.dumps(
+                [self.cfg.draft_vocab, self.target.vocab_size, [s.id for s in self.seqs]]
+            ).encode()
+        ).hexdigest()[:16]
+        cache = self.cfg.out / f"vocab-{key}.pt"
+        if cache.exists():
+            return torch.load(cache, weights_only=True)
+        counts = token_counts(((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size)
+        vocab = build_vocab_mapping(counts, self.cfg.draft_vocab)
+        if self.rank == 0:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(vocab, cache)
+        return vocab
+
+    def _lr_factor(self, step: int) -> float:
+        warm = self.cfg.warmup_steps
+        if step < warm:
+            return (step + 1) / warm
+        progress = min(1.0, (step - warm) / max(1, self.cfg.steps - warm))
+        floor = self.cfg.min_lr_ratio
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    # -- train ----------------------------------------------------------------------------------
+
+    def _batch_at(self, position: int) -> list[Sequence]:
+        epoch_batches = make_batches(
+            self.seqs, self.cfg.batch_tokens, self.cfg.seed, position // max(1, self._epoch_len())
+        )
+        batch = epoch_batches[position % len(epoch_batches)]
+        return [self.seqs[i] for i in batch[self.rank :: self.world]] or [self.seqs[batch[0]]]
+
+    def _epoch_len(self) -> int:
+        if not hasattr(self, "_len"):
+            self._len = len(make_batches(self.seqs, self.cfg.batch_tokens, self.cfg.seed, 0))
+        return self._len
+
+    def _train_step(self) -> dict:
+        cfg = self.cfg
+        micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
+        # Normaliser per TTT step: trained positions over all micro-batches and ranks.
+        counts = torch.zeros(cfg.ttt, dtype=torch.float64)
+        collated = []
+        for seqs in micro:
+            ids, sup, attn = _collate(seqs, self.device)
+            collated.append((ids, sup, attn))
+            for k in range(cfg.ttt):
+                counts[k] += float(step_mask(sup, k).sum())
+        if self.world > 1:
+            dist.all_reduce(counts)
+        # DDP averages gradients over ranks; scale so the result is the global mean.
+        scale = float(self.world)
+        totals = [[0.0, 0, 0, 0] for _ in range(cfg.ttt)]
+        loss_value = 0.0
+        draft_ids = self.raw_model.draft_to_target()
+        for ids, sup, attn in collated:
+            aux, target_logits = self.target(ids, attn)
+            autocast = (
+                torch.autocast("cuda", dtype=torch.bfloat16)
+                if self.device.startswith("cuda")
+                else torch.autocast("cpu", enabled=False)
+            )
+            with autocast:
+                # index j reads x_{j+1} and the target's h_j
+                inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
+                logits = self.model(
+                    inputs, aux.float() if not self.device.startswith("cuda") else aux, cfg.ttt
+                )
+            loss, stats = ttt_loss(
+                logits,
+                target_logits,
+                sup,
+                draft_ids,
+                self.raw_model.t2d,
+                counts.tolist(),
+                cfg.loss_decay,
+            )
+            (loss * scale).backward()
+            loss_value += float(loss.detach())
+            for k, s in enumerate(stats):
+                totals[k][0] += s.loss_sum
+                totals[k][1] += s.positions
+                totals[k][2] += s.correct
+                totals[k][3] += s.in_vocab
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.raw_model.parameters() if p.requires_grad], cfg.clip
+        )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.batches_done += cfg.grad_accum
+        self.step += 1
+        return {
+            "step": self.step,
+            "loss": round(loss_value, 6),
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": round(float(grad_norm), 6),
+            "per_step_loss": [round(t[0] / max(t[1], 1), 6) for t in totals],
+            "per_step_acc": [round(t[2] / max(t[3], 1), 6) for t in totals],
+            "draft_vocab_coverage": round(totals[0][3] / max(totals[0][1], 1), 6),
+            "trained_positions": int(counts[0]),
+        }
+
+    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+        metrics_path = self.cfg.out / "metrics.jsonl"
+        history = []
+        start = time.time()
+        while self.step < self.cfg.steps:
+            m = self._train_step()
+            m["elapsed_s"] = round(time.time() - start, 3)
+            history.append(m)
+            if self.rank == 0:
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps(m) + "\n")
+            if on_step:
+                on_step(m)
+            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                self.save_checkpoint()
+        return history
+
+    def save_checkpoint(self) -> None:
+        if self.rank != 0:
+            return
+        save_checkpoint(
+            self.ckpt_root,
+            self.step,
+            self.raw_model,
+            self.optimizer,
+            self.scheduler,
+            {"step": self.step, "batches_done": self.batches_done, "eyas_version": __version__},
+        )
+
+    def finish(self) -> Path:
+        """Write OUT/drafter (the export input) and the training manifest."""
+        out = self.cfg.out / "drafter"
+        if self.rank == 0:
+            save_drafter(
+                self.raw_model,
+                out,
+                {
+                    "eyas_version": __version__,
+                    "target_dir": str(self.cfg.target),
+                    "train_config": json.loads(self.cfg.model_dump_json()),
+                    "vocab": self.vocab_info,
+                    "data": self.data_report.as_dict(),
+                    "steps": self.step,
+                },
+            )
+        return out
+
+    def cleanup(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def run_train(
+    cfg: TrainConfig,
+    log: Callable[[str], None] = print,
+    on_step: Callable[[dict], None] | None = None,
+) -> Path:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(cfg, log)
+    trainer.setup()
+    try:
+        trainer.train(on_step)
+        return trainer.finish()
+    finally:
+        trainer.cleanup()
