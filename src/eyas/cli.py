@@ -295,7 +295,9 @@ app.add_typer(export_app, name="export")
 @app.command()
 def train(
     target: Annotated[Path | None, typer.Option(help="target model directory")] = None,
-    data: Annotated[Path | None, typer.Option(help="generate stage dir, Parquet or sample JSONL")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="generate stage dir, Parquet or sample JSONL")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="output directory")] = None,
     steps: Annotated[int | None, typer.Option()] = None,
     ttt: Annotated[int | None, typer.Option(help="training-time-test steps")] = None,
@@ -312,9 +314,17 @@ def train(
     from eyas.train.loop import run_train
 
     values: dict = tomllib.loads(config.read_text()) if config else {}
-    for key, value in (("target", target), ("data", data), ("out", out), ("steps", steps),
-                       ("ttt", ttt), ("draft_vocab", draft_vocab), ("max_len", max_len),
-                       ("lr", lr), ("batch_tokens", batch_tokens)):
+    for key, value in (
+        ("target", target),
+        ("data", data),
+        ("out", out),
+        ("steps", steps),
+        ("ttt", ttt),
+        ("draft_vocab", draft_vocab),
+        ("max_len", max_len),
+        ("lr", lr),
+        ("batch_tokens", batch_tokens),
+    ):
         if value is not None:
             values[key] = value
     cfg = TrainConfig.model_validate(values)
@@ -325,8 +335,9 @@ def train(
 
         def on_step(m: dict) -> None:
             acc = m["per_step_acc"][0]
-            bar.update(task, completed=m["step"],
-                       description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}")
+            bar.update(
+                task, completed=m["step"], description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}"
+            )
 
         path = run_train(cfg, log=console.print, on_step=on_step)
     console.print(f"drafter -> {path}")
@@ -355,7 +366,9 @@ def export_drafter_cmd(
 @export_app.command("check")
 def export_check_cmd(
     path: Annotated[Path, typer.Argument()],
-    target: Annotated[Path | None, typer.Option(help="target dir (default: from the export)")] = None,
+    target: Annotated[
+        Path | None, typer.Option(help="target dir (default: from the export)")
+    ] = None,
 ) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
     from eyas.export.validate import ExportError, check_export
@@ -377,6 +390,55 @@ def export_samples_cmd(
     from eyas.export.samples import export_samples
 
     console.print(export_samples(input, format, out, include_truncated))
+
+
+@app.command("eval")
+def eval_cmd(
+    target: Annotated[Path, typer.Option(help="target model directory")],
+    drafter: Annotated[Path, typer.Option(help="trained drafter dir (OUT/drafter)")],
+    input: Annotated[Path, typer.Option(help="rendered prompts: prepare dir, JSONL or stage dir")],
+    k: Annotated[int, typer.Option(help="draft tokens per verify step (chain)")] = 3,
+    temperature: Annotated[float, typer.Option()] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option()] = 256,
+    limit: Annotated[int | None, typer.Option(help="prompts per dataset")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json")] = None,
+) -> None:
+    """Acceptance length per dataset by lossless speculative decoding."""
+    import json
+
+    from eyas.evaluate.run import run_eval
+
+    result = run_eval(target, drafter, input, k, temperature, max_new_tokens, limit)
+    table = Table(
+        "dataset",
+        "prompts",
+        "acceptance_length",
+        "mean_accepted_drafts",
+        "per_position",
+        title=f"eval: chain K={k}, temperature {temperature}",
+    )
+    for name, d in result["datasets"].items():
+        table.add_row(
+            name,
+            str(d["prompts"]),
+            f"{d['acceptance_length']:.3f}",
+            f"{d['mean_accepted_drafts']:.3f}",
+            " ".join(f"{p:.2f}" for p in d["per_position"]),
+        )
+    table.add_row(
+        "all",
+        str(result["settings"]["prompts"]),
+        f"{result['acceptance_length']:.3f}",
+        f"{result['mean_accepted_drafts']:.3f}",
+        " ".join(f"{p:.2f}" for p in result["per_position"]),
+    )
+    console.print(table)
+    console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if result["lossless"] is False:
+        console.print(f"[red]NOT LOSSLESS[/]: {result['lossless_mismatches'][:5]}")
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -1,0 +1,1 @@
+"""Evaluation: lossless speculative decoding and acceptance metrics."""
