@@ -152,12 +152,15 @@ class Trainer:
 
     # -- train ----------------------------------------------------------------------------------
 
-    def _batch_at(self, position: int) -> list[Sequence]:
+    def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
+        """This rank's share of global batch `position`, and its loss weight. A rank left
+        without sequences still runs one (weight 0) so DDP's collective backward matches."""
         epoch_batches = make_batches(
             self.seqs, self.cfg.batch_tokens, self.cfg.seed, position // max(1, self._epoch_len())
         )
         batch = epoch_batches[position % len(epoch_batches)]
-        return [self.seqs[i] for i in batch[self.rank :: self.world]] or [self.seqs[batch[0]]]
+        mine = [self.seqs[i] for i in batch[self.rank :: self.world]]
+        return (mine, 1.0) if mine else ([self.seqs[batch[0]]], 0.0)
 
     def _epoch_len(self) -> int:
         if not hasattr(self, "_len"):
@@ -170,8 +173,9 @@ class Trainer:
         # Normaliser per TTT step: trained positions over all micro-batches and ranks.
         counts = torch.zeros(cfg.ttt, dtype=torch.float64)
         collated = []
-        for seqs in micro:
+        for seqs, weight in micro:
             ids, sup, attn = _collate(seqs, self.device)
+            sup = sup * int(weight)
             collated.append((ids, sup, attn))
             for k in range(cfg.ttt):
                 counts[k] += float(step_mask(sup, k).sum())
@@ -211,6 +215,13 @@ class Trainer:
                 totals[k][1] += s.positions
                 totals[k][2] += s.correct
                 totals[k][3] += s.in_vocab
+        if self.world > 1:  # log the global figures, not rank 0's share
+            packed = torch.tensor(
+                [loss_value, *[x for t in totals for x in t]], dtype=torch.float64
+            )
+            dist.all_reduce(packed)
+            loss_value = float(packed[0])
+            totals = packed[1:].view(cfg.ttt, 4).tolist()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.raw_model.parameters() if p.requires_grad], cfg.clip
         )

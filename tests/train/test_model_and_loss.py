@@ -1,0 +1,140 @@
+"""The drafter's TTT attention and the loss-mask alignment, on hand-checkable cases."""
+
+import math
+
+import torch
+
+from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.vocab import build_vocab_mapping, token_counts
+from eyas.evaluate.speculative import DraftCache, draft_forward
+from eyas.train.loss import step_mask, ttt_loss
+
+
+def tiny_drafter(seed=0, vocab=40, dv=40):
+    torch.manual_seed(seed)
+    cfg = DrafterConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=vocab,
+        draft_vocab_size=dv,
+        target_hidden_size=32,
+        aux_layer_ids=[1, 2, 3],
+    )
+    model = Eagle3Drafter(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model
+
+
+def naive_ttt(model, ids, aux, k_steps):
+    """Step by step, one query at a time, with the attention set written out explicitly:
+    step k at index j sees step-0 keys at positions <= j and steps 1..k keys at index j."""
+    attn = model.midlayer.self_attn
+    layer = model.midlayer
+    b, t = ids.shape
+    fused = model.fc(aux)
+    keys = {}  # (step, j) -> (k, v) for one position: [h, d]
+    hidden_prev = fused
+    outs = []
+    for k in range(k_steps):
+        logits_k = torch.zeros(b, t, model.config.draft_vocab_size)
+        hidden_k = torch.zeros_like(fused)
+        for j in range(t):
+            tok = ids[:, min(j + k, t - 1)]
+            emb = model.embed_tokens(tok)[:, None]
+            x = torch.cat(
+                [layer.input_layernorm(emb), layer.hidden_norm(hidden_prev[:, j : j + 1])], -1
+            )
+            q, kk, vv = attn.project(x, torch.tensor([j + k]))
+            keys[(k, j)] = (kk[0, :, 0], vv[0, :, 0])
+        for j in range(t):
+            tok = ids[:, min(j + k, t - 1)]
+            emb = model.embed_tokens(tok)[:, None]
+            x = torch.cat(
+                [layer.input_layernorm(emb), layer.hidden_norm(hidden_prev[:, j : j + 1])], -1
+            )
+            q, _, _ = attn.project(x, torch.tensor([j + k]))
+            visible = [keys[(0, i)] for i in range(j + 1)] + [keys[(s, j)] for s in range(1, k + 1)]
+            kmat = torch.stack([kv[0] for kv in visible], 1)  # [h, n, d]
+            vmat = torch.stack([kv[1] for kv in visible], 1)
+            scores = (q[0, :, 0:1] * kmat).sum(-1) / math.sqrt(attn.d)  # [h, n]
+            o = (torch.softmax(scores, -1)[..., None] * vmat).sum(1)  # [h, d]
+            h = hidden_prev[:, j : j + 1] + attn.o_proj(o.reshape(1, 1, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            hidden_k[:, j] = h[:, 0]
+            logits_k[:, j] = model.lm_head(model.norm(h))[:, 0]
+        outs.append(logits_k)
+        hidden_prev = hidden_k
+    return outs
+
+
+def test_unrolled_ttt_equals_naive_recomputation():
+    model = tiny_drafter()
+    ids = torch.randint(0, 40, (1, 7))
+    aux = torch.randn(1, 7, 96)
+    with torch.no_grad():
+        fast = model(ids, aux, 4)
+        slow = naive_ttt(model, ids, aux, 4)
+    for k in range(4):
+        assert torch.allclose(fast[k], slow[k], atol=1e-5), k
+
+
+def test_inference_cache_matches_training_step_zero():
+    model = tiny_drafter(1)
+    ids = torch.randint(0, 40, (1, 9))
+    aux = torch.randn(1, 9, 96)
+    with torch.no_grad():
+        train_logits = model(ids, aux, 1)[0]
+        cache = DraftCache()
+        a, _ = draft_forward(model, ids[:, :5], model.fc(aux[:, :5]), cache)
+        b, _ = draft_forward(model, ids[:, 5:], model.fc(aux[:, 5:]), cache)
+    assert torch.allclose(torch.cat([a, b], 1), train_logits, atol=1e-5)
+
+
+def test_only_the_first_assistant_token_is_trained_when_only_it_is_supervised():
+    # Sequence of 10 tokens: prompt = 0..5 (P = 6); only x_6 (the first output token) is
+    # supervised. Step k predicts x_{j+2+k} at index j, so exactly index 6-2-k is trained.
+    supervised = torch.zeros(1, 10, dtype=torch.long)
+    supervised[0, 6] = 1
+    for k in range(3):
+        assert step_mask(supervised, k)[0].nonzero().flatten().tolist() == [4 - k]
+    torch.manual_seed(0)
+    v = 12
+    draft = [torch.randn(1, 10, v, requires_grad=True) for _ in range(3)]
+    target = torch.randn(1, 10, v)
+    ids = torch.arange(v)
+    loss, stats = ttt_loss(
+        draft, target, supervised, ids, torch.ones(v, dtype=torch.bool), [1.0, 1.0, 1.0]
+    )
+    loss.backward()
+    for k in range(3):
+        rows = draft[k].grad[0].abs().sum(-1).nonzero().flatten().tolist()
+        assert rows == [4 - k]  # the gradient reaches exactly that prediction
+        # ... whose teacher is the target distribution at position j+1+k = 5 (predicting x_6)
+        p = torch.softmax(target[0, 5], -1)
+        expected = -(p * torch.log_softmax(draft[k][0, 4 - k].detach(), -1)).sum()
+        assert math.isclose(stats[k].loss_sum, float(expected), rel_tol=1e-5)
+    assert [s.positions for s in stats] == [1, 1, 1]
+
+
+def test_targets_outside_the_draft_vocab_are_excluded():
+    supervised = torch.ones(1, 6, dtype=torch.long)
+    target = torch.zeros(1, 6, 8)
+    target[0, :, 7] = 10.0  # the target always wants token 7
+    t2d = torch.ones(8, dtype=torch.bool)
+    t2d[7] = False
+    draft = [torch.randn(1, 6, 7, requires_grad=True)]
+    loss, stats = ttt_loss(draft, target, supervised, torch.arange(7), t2d, [4.0])
+    assert stats[0].positions == 4 and stats[0].in_vocab == 0 and float(loss.detach()) == 0.0
+
+
+def test_vocab_mapping_from_supervised_tokens_only():
+    seqs = [([1, 2, 3, 3, 9], [0, 0, 1, 1, 1]), ([1, 1, 1, 4], [0, 0, 0, 1])]
+    vocab = build_vocab_mapping(token_counts(seqs, 12), 8)
+    # prompt-only token 1 and 2 are not in the draft vocab; only 3, 4, 9 exist: no padding
+    assert vocab["draft_vocab_size"] == 3 and vocab["distinct_supervised_tokens"] == 3
+    ids = torch.arange(3) + vocab["d2t"]
+    assert ids.tolist() == [3, 4, 9] and vocab["t2d"].nonzero().flatten().tolist() == [3, 4, 9]

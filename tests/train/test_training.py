@@ -1,0 +1,195 @@
+"""The training loop on the tiny toy target: overfit, exact resume, DDP, and export."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eyas.config import TrainConfig
+from eyas.export.drafter import export_drafter
+from eyas.export.samples import export_samples
+from eyas.export.validate import ExportError, check_export
+from eyas.train.checkpoint import load_drafter
+from eyas.train.loop import Trainer, run_train
+
+
+def cfg(toy_tiny, toy_samples, out, **kw):
+    base = dict(
+        target=toy_tiny,
+        data=toy_samples,
+        out=out,
+        steps=6,
+        ttt=3,
+        draft_vocab=400,
+        max_len=1024,
+        batch_tokens=3000,
+        lr=3e-3,
+        warmup_steps=2,
+        checkpoint_every=3,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def losses(path):
+    return {m["step"]: m["loss"] for m in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.mark.slow
+def test_overfit_twenty_samples(tmp_path, toy_tiny, toy_samples):
+    rows = toy_samples.read_text().splitlines()[:20]
+    data = tmp_path / "twenty.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    history = []
+    run_train(
+        cfg(
+            toy_tiny,
+            data,
+            tmp_path / "o",
+            steps=120,
+            ttt=1,
+            lr=5e-3,
+            batch_tokens=20000,
+            checkpoint_every=1000,
+        ),
+        log=lambda s: None,
+        on_step=history.append,
+    )
+    assert history[-1]["per_step_acc"][0] >= 0.9, history[-1]
+    assert history[-1]["loss"] < history[0]["loss"] / 3
+
+
+def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_samples):
+    full = run_train(cfg(toy_tiny, toy_samples, tmp_path / "full"), log=lambda s: None)
+    reference = losses(tmp_path / "full" / "metrics.jsonl")
+
+    class Killed(Exception):
+        pass
+
+    def die_at_5(m):
+        if m["step"] == 5:
+            raise Killed  # after the step-3 checkpoint, mid-way to the next one
+
+    trainer = Trainer(cfg(toy_tiny, toy_samples, tmp_path / "resumed"), log=lambda s: None)
+    trainer.setup()
+    with pytest.raises(Killed):
+        trainer.train(die_at_5)
+    resumed = Trainer(cfg(toy_tiny, toy_samples, tmp_path / "resumed"), log=lambda s: None)
+    resumed.setup()
+    assert resumed.step == 3
+    history = resumed.train()
+    assert [m["step"] for m in history] == [4, 5, 6]
+    for m in history:
+        assert m["loss"] == pytest.approx(reference[m["step"]], rel=1e-6, abs=1e-7)
+    a = load_file(str(full / "model.safetensors"))
+    b = load_file(str(resumed.finish() / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one(tmp_path, toy_tiny, toy_samples):
+    toml = (
+        f'target = "{toy_tiny}"\ndata = "{toy_samples}"\nsteps = 3\nttt = 2\n'
+        "draft_vocab = 400\nmax_len = 1024\nbatch_tokens = 6000\nlr = 3e-3\n"
+        "warmup_steps = 1\ncheckpoint_every = 100\n"
+    )
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text(toml + f'out = "{tmp_path / "one"}"\n')
+    two.write_text(toml + f'out = "{tmp_path / "two"}"\n')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "eyas.cli", "train", "--config", str(one)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29517",
+            "-m",
+            "eyas.cli",
+            "train",
+            "--config",
+            str(two),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
+
+
+def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_samples):
+    drafter_dir = run_train(cfg(toy_tiny, toy_samples, tmp_path / "t", steps=2), log=lambda s: None)
+    for fmt in ("sglang", "vllm"):
+        out = export_drafter(drafter_dir, fmt, tmp_path / fmt)
+        summary = check_export(out)
+        assert summary["embedding_checked"] and summary["aux_layers"] == [1, 2, 3]
+    sg = json.loads((tmp_path / "sglang" / "config.json").read_text())
+    assert sg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert sg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    assert sg["vocab_size"] == json.loads((toy_tiny / "config.json").read_text())["vocab_size"]
+    vl = json.loads((tmp_path / "vllm" / "config.json").read_text())
+    assert (
+        vl["speculators_model_type"] == "eagle3"
+        and vl["draft_vocab_size"] == sg["draft_vocab_size"]
+    )
+    # round trip: exported tensors equal the trained ones (bf16)
+    trained = load_drafter(drafter_dir)
+    exported = load_file(str(tmp_path / "sglang" / "model.safetensors"))
+    for k, v in trained.state_dict().items():
+        ref = v.to(torch.bfloat16) if v.is_floating_point() else v
+        assert torch.equal(exported[k], ref), k
+
+    def broken(name, mutate):
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("config.json", "eyas_export.json"):
+            (d / f).write_text((tmp_path / "sglang" / f).read_text())
+        t = load_file(str(tmp_path / "sglang" / "model.safetensors"))
+        mutate(t, d)
+        save_file(t, str(d / "model.safetensors"))
+        with pytest.raises(ExportError) as exc:
+            check_export(d)
+        return str(exc.value)
+
+    assert "missing tensor d2t" in broken("no-d2t", lambda t, d: t.pop("d2t"))
+    assert "lm_head.weight has shape" in broken(
+        "shape", lambda t, d: t.__setitem__("lm_head.weight", t["lm_head.weight"][:-1])
+    )
+    assert "differs from the target's input embedding" in broken(
+        "random-embed",
+        lambda t, d: t.__setitem__(
+            "embed_tokens.weight", torch.randn_like(t["embed_tokens.weight"])
+        ),
+    )
+
+    def short_positions(t, d):
+        c = json.loads((d / "config.json").read_text())
+        c["max_position_embeddings"] = 8
+        (d / "config.json").write_text(json.dumps(c))
+
+    assert "max_position_embeddings 8 < training p99" in broken("mpe", short_positions)
+
+
+def test_export_samples_keeps_ids_and_masks(tmp_path, toy_samples):
+    res = export_samples(toy_samples, "specforge", tmp_path / "sf.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "sf.jsonl").read_text().splitlines()]
+    src = [json.loads(x) for x in toy_samples.read_text().splitlines()]
+    assert res["written"] == len(src) == len(rows)
+    for r, s in zip(rows, src):
+        assert r["id"] == s["id"] and r["input_ids"] == s["prompt_ids"] + s["output_ids"]
+        assert r["loss_mask"] == [0] * len(s["prompt_ids"]) + [1] * len(s["output_ids"])
