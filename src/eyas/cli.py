@@ -444,13 +444,13 @@ def eval_cmd(
 @app.command()
 def quickstart(
     out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/quickstart"),
-    rows: Annotated[int, typer.Option(help="source rows per toy dataset")] = 40,
+    rows: Annotated[int, typer.Option(help="source rows per toy dataset")] = 60,
 ) -> None:
     """The toy world end to end on the embedded backend, plus the naive-rendering experiment."""
     from eyas.quickstart import run_quickstart
 
     result = run_quickstart(out, rows, console=console)
-    if result["native_errors"] or not result["naive_tool_format"]:
+    if result["native_errors"] or not result["naive_tool_format"] or not result["lossless"]:
         raise typer.Exit(1)
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from pathlib import Path
@@ -89,32 +90,86 @@ def naive_b1(native_prepare: Path, renderer: Renderer, out: Path) -> Path:
     return out
 
 
+def _eval_html(evals: dict[str, dict], ab: dict[str, dict]) -> str:
+    rows = []
+    names = sorted({n for e in evals.values() for n in e["datasets"]})
+    for name in names:
+        d = evals["native"]["datasets"].get(name, {})
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{d.get('acceptance_length', 0):.3f}</td>"
+            f"<td>{d.get('mean_accepted_drafts', 0):.3f}</td>"
+            f"<td>{' '.join(f'{p:.2f}' for p in d.get('per_position', []))}</td></tr>"
+        )
+    k = evals["native"]["settings"]["k"]
+    ab_rows = "".join(
+        f"<tr><td>{html.escape(n)}</td><td>{r['acceptance_length']:.3f}</td>"
+        f"<td>{' '.join(f'{p:.2f}' for p in r['per_position'])}</td></tr>"
+        for n, r in ab.items()
+    )
+    return (
+        f"<h2>Acceptance length (chain K={k}, temperature 0, lossless="
+        f"{evals['native']['lossless']})</h2><p>tokens per target verify step, bonus included "
+        "(SGLang's definition)</p><table><tr><th>dataset</th><th>acceptance_length</th>"
+        f"<th>mean_accepted_drafts</th><th>per position</th></tr>{''.join(rows)}</table>"
+        "<h2>B1 drafter A/B: trained on native vs naive (JSON in system prompt) rendering, "
+        "both evaluated on native prompts</h2><table><tr><th>drafter</th>"
+        f"<th>acceptance_length</th><th>per position</th></tr>{ab_rows}</table>"
+    )
+
+
+def _b1_only(stage: Path, out: Path) -> Path:
+    from eyas.audit.data import load_table
+
+    table = load_table(stage)
+    keep = [i for i in range(len(table)) if table.dataset[i].startswith("b1_glaive")]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as f:
+        for i in keep:
+            f.write(orjson.dumps(table.sample(i).to_dict()) + b"\n")
+    return out
+
+
 def run_quickstart(
-    out: Path, rows: int = 40, max_new_tokens: int = 256, console: Console | None = None
+    out: Path,
+    rows: int = 60,
+    max_new_tokens: int = 256,
+    console: Console | None = None,
+    train_steps: int = 160,
+    ab_steps: int = 80,
+    eval_limit: int = 10,
+    k: int = 3,
 ) -> dict:
+    from eyas.config import TrainConfig
+    from eyas.evaluate.run import run_eval
+    from eyas.export.drafter import export_drafter
+    from eyas.export.validate import check_export
+    from eyas.train.loop import run_train
+
     console = console or Console(stderr=True)
     start = time.time()
 
     def say(msg: str) -> None:
         console.print(f"[{time.time() - start:5.0f}s] {msg}")
 
-    say("1/5 toy target (built once, then cached)")
+    say("1/8 toy target (built once, then cached)")
     model_dir = build_toy("small", log=lambda s: say(f"    {s}"))
     say(f"    {model_dir}")
-    say("2/5 source datasets B1..B8 in their original formats")
+    say("2/8 source datasets B1..B8 in their original formats (train and held-out eval rows)")
     sources = write_datasets(out / "sources", rows, seed=1)
+    eval_sources = write_datasets(out / "eval_sources", rows, seed=2)
     cfg = _config(out, model_dir, sources, max_new_tokens)
     _write_toml(cfg, out / "quickstart.toml")
     renderer = Renderer(model_dir)
-    say("3/5 prepare (convert + native render) and generate (in-process backend)")
+    say("3/8 prepare (convert + native render) and generate (in-process backend)")
     summary = prepare(cfg, renderer)
-    opts = options_from_config(cfg)
-    run_generate(opts, renderer, model_dir)
-    say("4/5 audit")
+    run_generate(options_from_config(cfg), renderer, model_dir)
+    eval_cfg = _config(out, model_dir, eval_sources, max_new_tokens)
+    eval_cfg.run.name = "eval"
+    prepare(eval_cfg, renderer)
+    say("4/8 audit")
     native = run_audit(cfg.stage_dir("generate"), model_dir, AuditOptions())
-    report = write_html(native, out / "native" / "audit.html")
     (out / "native" / "audit.json").write_text(json.dumps(native.to_dict(), indent=2))
-    say("5/5 the naive B1 rendering: tool schemas pasted into the system prompt")
+    say("5/8 the naive B1 rendering: tool schemas pasted into the system prompt")
     naive_dir = naive_b1(cfg.stage_dir("prepare"), renderer, out / "naive_b1" / "prepare")
     naive_opts = options_from_config(cfg)
     naive_opts.input, naive_opts.out = naive_dir, out / "naive_b1" / "generate"
@@ -122,40 +177,103 @@ def run_quickstart(
     naive = run_audit(naive_opts.out, model_dir, AuditOptions())
     naive_report = write_html(naive, out / "naive_b1" / "audit.html")
 
+    def train(data: Path, name: str, steps: int) -> Path:
+        last = {"t": 0.0}
+
+        def on_step(m: dict) -> None:
+            if time.time() - last["t"] > 15 or m["step"] == steps:
+                last["t"] = time.time()
+                say(
+                    f"    {name}: step {m['step']}/{steps} loss {m['loss']:.3f} "
+                    f"acc {' '.join(f'{a:.2f}' for a in m['per_step_acc'])}"
+                )
+
+        tcfg = TrainConfig(
+            target=model_dir,
+            data=data,
+            out=out / "drafters" / name,
+            steps=steps,
+            ttt=3,
+            draft_vocab=1024,
+            max_len=2048,
+            batch_tokens=4096,
+            lr=3e-3,
+            warmup_steps=10,
+            checkpoint_every=100,
+        )
+        return run_train(tcfg, log=lambda s: say(f"    {s}"), on_step=on_step)
+
+    say(f"6/8 train the EAGLE-3 drafter on all native data ({train_steps} steps)")
+    drafter = train(cfg.stage_dir("generate"), "native_all", train_steps)
+    for fmt in ("sglang", "vllm"):
+        check_export(export_drafter(drafter, fmt, out / "export" / fmt))
+    say(f"    exported and validated: {out / 'export'}")
+    say("7/8 eval: acceptance length per dataset on held-out natively rendered prompts")
+    evals = {
+        "native": run_eval(
+            model_dir,
+            drafter,
+            eval_cfg.stage_dir("prepare"),
+            k=k,
+            max_new_tokens=160,
+            limit=eval_limit,
+        )
+    }
+    say("8/8 the A/B: B1 drafters trained on native vs naive rendering, eval on native prompts")
+    ab = {}
+    b1_eval = eval_cfg.stage_dir("prepare") / "rendered" / "b1_glaive.jsonl"
+    for name, stage in (("b1_native", cfg.stage_dir("generate")), ("b1_naive", naive_opts.out)):
+        data = _b1_only(stage, out / "drafters" / f"{name}.samples.jsonl")
+        path = train(data, name, ab_steps)
+        ab[name] = run_eval(model_dir, path, b1_eval, k=k, max_new_tokens=160)
+    report = write_html(native, out / "report.html", _eval_html(evals, ab))
+    (out / "eval.json").write_text(json.dumps({"native": evals["native"], "ab": ab}, indent=2))
+
     table = Table(
         "dataset",
-        "converted",
         "samples",
-        "output p50",
-        "stop",
-        "length",
-        "errors",
+        "audit errors",
         "warnings",
-        title="quickstart: native rendering",
+        "acceptance_length",
+        "per position",
+        title=f"quickstart: native rendering (chain K={k}, T=0)",
     )
     datasets = native.to_dict()["datasets"]
     for name, d in datasets.items():
         fs = [f for f in native.findings if f.dataset == name]
+        e = evals["native"]["datasets"].get(name, {})
         table.add_row(
             name,
-            str(summary[name]["converted"]),
             str(d["samples"]),
-            f"{d['output'].get('median', 0):.0f}",
-            str(d["finish_reasons"].get("stop", 0)),
-            str(d["finish_reasons"].get("length", 0)),
             str(sum(f.severity == "error" for f in fs)),
             str(sum(f.severity == "warning" for f in fs)),
+            f"{e.get('acceptance_length', 0):.3f}",
+            " ".join(f"{p:.2f}" for p in e.get("per_position", [])),
         )
+    table.add_row(
+        "all",
+        str(len(native.table)),
+        str(native.num_errors),
+        "",
+        f"{evals['native']['acceptance_length']:.3f}",
+        " ".join(f"{p:.2f}" for p in evals["native"]["per_position"]),
+    )
     console.print(table)
     tool_format = [f for f in naive.findings if f.check == "tool-format" and f.severity == "error"]
     console.print(
-        f"native run: {'[green]PASS[/]' if native.num_errors == 0 else '[red]FAIL[/]'} "
-        f"({native.num_errors} errors)  report: {report}"
+        f"audit: native run {'[green]PASS[/]' if native.num_errors == 0 else '[red]FAIL[/]'} "
+        f"({native.num_errors} errors); naive B1 run "
+        f"{'[red]FAIL[/]' if naive.num_errors else '[green]PASS[/]'} on "
+        f"{sorted({f.check for f in naive.findings if f.severity == 'error'})} "
+        f"({sum(f.count for f in tool_format)} tool-format hits)"
     )
     console.print(
-        f"naive B1 run: {'[red]FAIL[/]' if naive.num_errors else '[green]PASS[/]'} on "
-        f"{sorted({f.check for f in naive.findings if f.severity == 'error'})}; "
-        f"tool-format hits {sum(f.count for f in tool_format)}  report: {naive_report}"
+        f"B1 A/B on native prompts: drafter trained on native data AL "
+        f"{ab['b1_native']['acceptance_length']:.3f} vs naive data AL "
+        f"{ab['b1_naive']['acceptance_length']:.3f} (tokens per verify step, K={k})"
+    )
+    console.print(
+        f"lossless: {evals['native']['lossless']}   report: {report}   naive audit: {naive_report}"
     )
     say("done")
     return {
@@ -163,6 +281,9 @@ def run_quickstart(
         "naive_errors": naive.num_errors,
         "naive_tool_format": bool(tool_format),
         "report": str(report),
-        "naive_report": str(naive_report),
+        "acceptance_length": evals["native"]["acceptance_length"],
+        "lossless": evals["native"]["lossless"],
+        "ab": {n: r["acceptance_length"] for n, r in ab.items()},
         "model_dir": str(model_dir),
+        "summary": summary,
     }

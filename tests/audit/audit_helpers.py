@@ -5,30 +5,11 @@ from __future__ import annotations
 import json
 
 from eyas.records import Sample
-from eyas.render.renderer import last_assistant_index
-from eyas.toy.train import completion_text
+from eyas.toy.samples import reference_sample
 
 
 def make_sample(renderer, conv, messages=None, tools=None, **overrides) -> Sample:
-    messages = messages if messages is not None else conv.messages
-    tools = conv.tools if tools is None else tools
-    prepared, _ = renderer.prepare_messages(messages)
-    turn = last_assistant_index(prepared)
-    prompt = renderer.encode(renderer.render_text(prepared[:turn], tools))
-    output = renderer.encode(completion_text(prepared[turn]))
-    s = Sample(
-        id=conv.id,
-        dataset=conv.dataset,
-        prompt_ids=prompt,
-        output_ids=output,
-        finish_reason="stop",
-        matched_stop=output[-1],
-        messages=messages,
-        tools=tools,
-        backend="sglang",
-        sampling={"temperature": 0.0, "max_new_tokens": 512},
-        turn=turn,
-    )
+    s = reference_sample(renderer, conv, messages, tools)
     for k, v in overrides.items():
         setattr(s, k, v)
     return s

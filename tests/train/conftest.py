@@ -2,12 +2,10 @@ import json
 
 import pytest
 
-from eyas.records import Sample
 from eyas.render import Renderer
-from eyas.render.renderer import last_assistant_index
 from eyas.sources import convert_rows
 from eyas.toy.datasets import FAMILIES, family_rows
-from eyas.toy.train import completion_text
+from eyas.toy.samples import reference_sample
 
 
 @pytest.fixture(scope="session")
@@ -17,27 +15,10 @@ def toy_samples(tmp_path_factory, toy_tiny):
     rows = []
     for fam in FAMILIES:
         for conv in convert_rows(family_rows(fam, 5, seed=77), fam.format, fam.name):
-            if not hasattr(conv, "messages"):
-                continue
-            msgs, _ = renderer.prepare(conv)
-            turn = last_assistant_index(msgs)
-            prompt = renderer.encode(renderer.render_text(msgs[:turn], conv.tools))
-            output = renderer.encode(completion_text(msgs[turn]))
-            rows.append(
-                Sample(
-                    conv.id,
-                    conv.dataset,
-                    prompt,
-                    output,
-                    "stop",
-                    output[-1],
-                    conv.messages,
-                    conv.tools,
-                    "local",
-                    {"max_new_tokens": 256},
-                    turn=turn,
-                ).to_dict()
-            )
+            if hasattr(conv, "messages"):
+                s = reference_sample(renderer, conv)
+                s.backend, s.sampling = "local", {"max_new_tokens": 256}
+                rows.append(s.to_dict())
     path = tmp_path_factory.mktemp("samples") / "samples.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path

@@ -99,7 +99,8 @@ def _finish_bars(finishes: dict[str, int]) -> str:
     return f'<div class="bar">{parts}</div>'
 
 
-def write_html(result: AuditResult, path: str | Path) -> Path:
+def write_html(result: AuditResult, path: str | Path, extra_html: str = "") -> Path:
+    """The report; `extra_html` (already escaped) is appended, e.g. the quickstart's eval."""
     data = result.to_dict()
     rows = []
     order = {"error": 0, "warning": 1, "info": 2}
@@ -141,6 +142,7 @@ eyas {data["eyas_version"]}</p>
 <h2>Datasets</h2><div class="cards">{"".join(cards)}</div>
 <h2>Findings</h2><table><tr><th>check</th><th>severity</th><th>dataset</th><th>count</th>
 <th>message</th><th>example ids</th></tr>{"".join(rows)}</table>
+{extra_html}
 </body></html>"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,32 @@ def transport_error(exc: BaseException) -> BackendError:
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
+def json_headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+async def post_bytes(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes,
+    headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout,
+) -> bytes:
+    """POST and return the body of a 200; anything else becomes a classified BackendError."""
+    try:
+        async with session.post(url, data=payload, headers=headers, timeout=timeout) as resp:
+            body = await resp.read()
+            status = resp.status
+    except TRANSPORT_ERRORS as exc:
+        raise transport_error(exc) from exc
+    if status != 200:
+        raise http_error(status, body)
+    return body
+
+
 class Backend(Protocol):
     name: str
     url: str

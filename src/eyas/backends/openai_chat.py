@@ -16,12 +16,11 @@ import aiohttp
 import orjson
 
 from eyas.backends.base import (
-    TRANSPORT_ERRORS,
     BackendError,
     Generation,
     GenRequest,
-    http_error,
-    transport_error,
+    json_headers,
+    post_bytes,
     wait_http_ready,
 )
 
@@ -46,9 +45,7 @@ class OpenAIChatBackend:
         self.model = model
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.template_kwargs = template_kwargs or {}
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = json_headers(api_key)
 
     async def generate(self, request: GenRequest) -> Generation:
         payload: dict[str, Any] = {
@@ -62,18 +59,13 @@ class OpenAIChatBackend:
         if self.template_kwargs:
             payload["chat_template_kwargs"] = self.template_kwargs
         start = time.perf_counter()
-        try:
-            async with self.session.post(
-                self.url + "/v1/chat/completions",
-                data=orjson.dumps(payload),
-                headers=self.headers,
-                timeout=self.timeout,
-            ) as resp:
-                body, status = await resp.read(), resp.status
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error(exc) from exc
-        if status != 200:
-            raise http_error(status, body)
+        body = await post_bytes(
+            self.session,
+            self.url + "/v1/chat/completions",
+            orjson.dumps(payload),
+            self.headers,
+            self.timeout,
+        )
         try:
             choice = orjson.loads(body)["choices"][0]
             message = choice["message"]

@@ -19,8 +19,8 @@ from eyas.backends.base import (
     BackendError,
     Generation,
     GenRequest,
-    http_error,
-    transport_error,
+    json_headers,
+    post_bytes,
     wait_http_ready,
 )
 
@@ -116,25 +116,15 @@ class SGLangBackend:
         self.stop_token_ids = stop_token_ids
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.batch_size = batch_size
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = json_headers(api_key)
         self._pending: list[tuple[GenRequest, asyncio.Future]] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
 
     async def _post(self, payload: bytes) -> bytes:
-        try:
-            async with self.session.post(
-                self.url + "/generate", data=payload, headers=self.headers, timeout=self.timeout
-            ) as resp:
-                body = await resp.read()
-                status = resp.status
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error(exc) from exc
-        if status != 200:
-            raise http_error(status, body)
-        return body
+        return await post_bytes(
+            self.session, self.url + "/generate", payload, self.headers, self.timeout
+        )
 
     async def generate(self, request: GenRequest) -> Generation:
         if self.batch_size > 1:

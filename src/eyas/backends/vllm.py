@@ -18,8 +18,8 @@ from eyas.backends.base import (
     BackendError,
     Generation,
     GenRequest,
-    http_error,
-    transport_error,
+    json_headers,
+    post_bytes,
     wait_http_ready,
 )
 
@@ -81,24 +81,12 @@ class VLLMBackend:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.endpoint = endpoint
         self.model = model
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = json_headers(api_key)
 
     async def _post(self, path: str, payload: dict) -> dict:
-        try:
-            async with self.session.post(
-                self.url + path,
-                data=orjson.dumps(payload),
-                headers=self.headers,
-                timeout=self.timeout,
-            ) as resp:
-                body = await resp.read()
-                status = resp.status
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error(exc) from exc
-        if status != 200:
-            raise http_error(status, body)
+        body = await post_bytes(
+            self.session, self.url + path, orjson.dumps(payload), self.headers, self.timeout
+        )
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:

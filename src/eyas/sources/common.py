@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eyas.records import RecordError
-from eyas.tools.schema import ToolParseError, declared_names, make_tool_call
+from eyas.tools.schema import ToolParseError, declared_names, make_tool_call, parse_loose_json
 
 
 class ConversionError(ValueError):
@@ -72,3 +72,24 @@ class Draft:
                 fn = call["function"]["name"]
                 if fn not in names:
                     self.notes.append(f"call to undeclared function {fn!r} kept")
+
+
+def parse_calls(text: str) -> list[tuple[str, object]]:
+    """`{"name", "arguments"}` (or a list of them) written as JSON or a Python literal;
+    string arguments are parsed too. Raises `unparseable_tool_call`."""
+    try:
+        obj = parse_loose_json(text)
+    except ToolParseError as exc:
+        raise ConversionError("unparseable_tool_call", exc.detail) from exc
+    calls = []
+    for item in obj if isinstance(obj, list) else [obj]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ConversionError("unparseable_tool_call", f"call without name: {text[:80]!r}")
+        args = item.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = parse_loose_json(args)
+            except ToolParseError as exc:
+                raise ConversionError("unparseable_tool_call", exc.detail) from exc
+        calls.append((item["name"], args))
+    return calls

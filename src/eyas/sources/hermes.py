@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from eyas.sources.common import ConversionError, Draft
+from eyas.sources.common import ConversionError, Draft, parse_calls
 from eyas.tools.schema import ToolParseError, as_openai_tool, parse_loose_json
 
 _TOOLS = re.compile(r"<tools>(.*?)</tools>", re.DOTALL)
@@ -105,22 +105,7 @@ def _system(text: str, draft: Draft) -> str | None:
 
 
 def _calls(text: str) -> list[tuple[str, object]]:
-    calls = []
-    for body in _CALL.findall(text):
-        try:
-            obj = parse_loose_json(body)
-        except ToolParseError as exc:
-            raise ConversionError("unparseable_tool_call", exc.detail) from exc
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            raise ConversionError("unparseable_tool_call", f"call without name: {body[:80]!r}")
-        args = obj.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = parse_loose_json(args)
-            except ToolParseError as exc:
-                raise ConversionError("unparseable_tool_call", exc.detail) from exc
-        calls.append((obj["name"], args))
-    return calls
+    return [call for body in _CALL.findall(text) for call in parse_calls(body)]
 
 
 def _results(text: str) -> list[tuple[str | None, str]]:

@@ -7,7 +7,7 @@ are honoured.
 
 from __future__ import annotations
 
-from eyas.sources.common import ConversionError, Draft
+from eyas.sources.common import ConversionError, Draft, parse_calls
 from eyas.tools.schema import ToolParseError, as_openai_tool, parse_loose_json
 
 _ROLES = {
@@ -25,26 +25,6 @@ _ROLES = {
     "tool": "tool",
     "function": "tool",
 }
-
-
-def _calls(value: str) -> list[tuple[str, object]]:
-    try:
-        obj = parse_loose_json(value)
-    except ToolParseError as exc:
-        raise ConversionError("unparseable_tool_call", exc.detail) from exc
-    items = obj if isinstance(obj, list) else [obj]
-    calls = []
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ConversionError("unparseable_tool_call", f"call without name: {value[:80]!r}")
-        args = item.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = parse_loose_json(args)
-            except ToolParseError as exc:
-                raise ConversionError("unparseable_tool_call", exc.detail) from exc
-        calls.append((item["name"], args))
-    return calls
 
 
 def convert(row: dict) -> Draft:
@@ -73,7 +53,7 @@ def convert(row: dict) -> Draft:
         if not isinstance(value, str):
             raise ConversionError("bad_content", f"conversations[{i}] has no string value")
         if role == "call":
-            draft.add_calls(_calls(value))
+            draft.add_calls(parse_calls(value))
         elif role == "tool":
             draft.add_result(value)
         else:
