@@ -265,3 +265,33 @@ def test_sigint_flushes_and_leaves_a_resumable_run(tmp_path, kimi_dir, rendered)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
     assert len(committed_ids(out)) == len(rendered_rows(rendered))
+
+
+def test_openai_chat_backend_is_marked_lossy_and_the_audit_fails_it(tmp_path, kimi_dir, rendered):
+    from eyas.audit import run_audit
+
+    with fake_sglang_server() as url:
+        res = generate(
+            [
+                "--model",
+                str(kimi_dir),
+                "--backend",
+                "openai_chat",
+                "--url",
+                url,
+                "--input",
+                str(rendered / "rendered" / "b4_sharegpt.jsonl"),
+                "--out",
+                str(tmp_path / "g"),
+                "--max-new-tokens",
+                "30",
+            ]
+        )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "g" / "manifest.json").read_text())
+    assert manifest["backend"]["lossy"] is True
+    samples = list(read_samples(tmp_path / "g"))
+    assert samples and all(s.backend == "openai_chat" for s in samples)
+    result = run_audit(tmp_path / "g", kimi_dir)
+    lossy = [f for f in result.findings if f.check == "lossy-backend"]
+    assert lossy and lossy[0].severity == "error" and lossy[0].count == len(samples)

@@ -85,14 +85,19 @@ def test_all_turns_regenerated_with_local_model(tmp_path, toy_tiny):
     )
     assert res.exit_code == 0, res.output
     samples = list(read_samples(tmp_path / "g"))
+    errors = (tmp_path / "g" / "errors.jsonl").read_text().splitlines()
+    stopped = {json.loads(e)["id"] for e in errors}  # e.g. truncated_turn: kept, recorded
     stop = set(renderer.stop_token_ids())
     for s in samples:
+        turns = [i for i, m in enumerate(s.messages) if m["role"] == "assistant"]
         if s.loss_mask is not None:  # one sequence with every regenerated turn supervised
             assert len(s.loss_mask) == len(s.output_ids)
             trained_ends = [i for i, t in enumerate(s.output_ids) if t in stop and s.loss_mask[i]]
-            assert len(trained_ends) == 2  # each regenerated turn's <|im_end|> is supervised
-            assert 0 in s.loss_mask  # the second user turn (and its <|im_end|>) is not
-        else:  # per-turn rows, each with its true prompt
-            assert "#" in s.id and s.turn in (1, 3)
+            assert len(trained_ends) == len(turns)  # each turn's <|im_end|> is supervised
+            assert 0 in s.loss_mask  # the user turns in between (and their <|im_end|>) are not
+        elif "#" in s.id:  # per-turn rows, each with its true prompt
+            assert s.turn in turns
+        else:  # a single regenerated turn: the conversation stopped there, with a reason
+            assert s.id in stopped and s.turn == turns[0]
         assert [m["role"] for m in s.messages][:2] == ["user", "assistant"]
     assert samples

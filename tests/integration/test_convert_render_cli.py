@@ -25,7 +25,10 @@ def test_glaive_to_native_kimi_prompt(tmp_path, kimi_dir):
     result = runner.invoke(app, ["render", "--model", str(kimi_dir), str(conv), str(out)])
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(lines) == 40
+    converted = conv.read_text().splitlines()
+    rejected = [json.loads(x) for x in (tmp_path / "b1.errors.jsonl").read_text().splitlines()]
+    assert len(lines) == len(converted) and len(converted) + len(rejected) == 41
+    assert {r["reason"] for r in rejected} <= {"invalid_json", "duplicate_conversation"}
     with_tools = [x for x in lines if x["tools"]]
     assert with_tools, "the generator always emits tool rows"
     for line in with_tools:
@@ -40,7 +43,7 @@ def test_glaive_to_native_kimi_prompt(tmp_path, kimi_dir):
     manifest = json.loads((tmp_path / "b1.rendered.manifest.json").read_text())
     assert manifest["probe"]["declaration_style"] == "typescript"
     assert manifest["render"]["profile"] == "kimi-k2.5"
-    assert manifest["counts"] == {"rows": 40, "rendered": 40}
+    assert manifest["counts"] == {"rows": len(lines), "rendered": len(lines)}
 
 
 def test_render_refuses_template_that_ignores_tools(tmp_path, broken_dir):
