@@ -167,3 +167,17 @@ def test_template_that_ignores_tools_is_refused(broken_dir):
     with pytest.raises(TemplateProbeError) as exc:
         require_native_tools(probe, r)
     assert exc.value.reason == "tools_ignored"
+
+
+def test_cached_piecewise_encoding_equals_the_tokenizer(kimi_dir):
+    from eyas.sources import convert_rows
+    from eyas.toy.datasets import FAMILIES, family_rows
+
+    r = Renderer(kimi_dir)
+    assert r._split is not None  # the toy tokenizer's specials are atomic
+    for fam in FAMILIES:
+        for conv in convert_rows(family_rows(fam, 20, seed=4), fam.format, fam.name):
+            if hasattr(conv, "messages"):
+                messages, _ = r.prepare(conv)
+                text = r.render_text(messages, conv.tools)
+                assert r.encode(text) == r.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from eyas.records import Conversation
 from eyas.render.normalize import normalize_messages
 from eyas.render.profiles import Profile, detect_profile, get_profile
@@ -108,8 +110,25 @@ class Renderer:
             is not PreTrainedTokenizerBase.apply_chat_template
         )
         self.supply_tools_ts = "tools_ts_str" in self.tokenizer.chat_template and not overrides
+        self._fast = getattr(self.tokenizer, "backend_tokenizer", None)
+        self._split = self._special_splitter()
+        self._piece_cache: dict[str, list[int]] = {}
+        self._tools_cache: dict[bytes, tuple[list[dict], str | None]] = {}
         self.fingerprint = tokenizer_fingerprint(self.model_dir)
         self.template_sha256 = template_fingerprint(self.tokenizer.chat_template)
+
+    def _special_splitter(self):
+        """A regex that splits text at (and keeps) the special tokens, or None when the split
+        would not be exact (an added token that strips neighbouring whitespace or is
+        normalised)."""
+        import re
+
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        specials = [t for t in added.values() if getattr(t, "special", False)]
+        if not specials or any(t.lstrip or t.rstrip or t.normalized for t in specials):
+            return None
+        names = sorted((t.content for t in specials), key=len, reverse=True)
+        return re.compile("(" + "|".join(re.escape(n) for n in names) + ")")
 
     # -- low level -------------------------------------------------------------------------
 
@@ -122,14 +141,10 @@ class Renderer:
     ) -> str:
         kwargs = {**self.template_kwargs, **overrides}
         tools = tools or None
-        if tools and self.profile.tool_call_ids == "kimi":
-            tools = deep_sort(tools)  # what Kimi's tokenizer does before rendering
-        if tools and self.supply_tools_ts:
-            try:
-                kwargs["tools_ts_str"] = encode_tools_typescript(tools)
-            except (ValueError, KeyError, TypeError) as exc:
-                # The official tokenizer would fall back to JSON silently; eyas refuses.
-                raise RenderError("unencodable_tools", f"TypeScript encoder: {exc}") from exc
+        if tools:
+            tools, ts = self._prepared_tools(tools)
+            if ts is not None:
+                kwargs["tools_ts_str"] = ts
         return self.tokenizer.apply_chat_template(
             messages,
             tools=tools,
@@ -138,9 +153,47 @@ class Renderer:
             **kwargs,
         )
 
+    def _prepared_tools(self, tools: list[dict]) -> tuple[list[dict], str | None]:
+        """Deep-sorted tools (Kimi) and their TypeScript declaration, cached per tool set:
+        datasets reuse a few tool sets across many rows."""
+        key = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+        hit = self._tools_cache.get(key)
+        if hit is None:
+            prepared = deep_sort(tools) if self.profile.tool_call_ids == "kimi" else tools
+            ts = None
+            if self.supply_tools_ts:
+                try:
+                    ts = encode_tools_typescript(prepared)
+                except (ValueError, KeyError, TypeError) as exc:
+                    # The official tokenizer would fall back to JSON silently; eyas refuses.
+                    raise RenderError("unencodable_tools", f"TypeScript encoder: {exc}") from exc
+            hit = (prepared, ts)
+            if len(self._tools_cache) < 4096:
+                self._tools_cache[key] = hit
+        return hit
+
     def encode(self, text: str) -> list[int]:
-        # Exactly what apply_chat_template(tokenize=True) does with the rendered string.
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # Exactly what apply_chat_template(tokenize=True) does with the rendered string. A fast
+        # tokenizer is called directly: transformers' __call__ goes through encode_batch, whose
+        # per-call overhead was half of convert+render time (bench_convert_render).
+        if self._fast is None:
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self._split is None:
+            return self._fast.encode(text, add_special_tokens=False).ids
+        # Special tokens are atomic (no lstrip/rstrip), so the text encodes as the
+        # concatenation of its pieces between them; repeated pieces (tool declarations,
+        # system prompts, role labels) are encoded once.
+        ids: list[int] = []
+        for piece in self._split.split(text):
+            if not piece:
+                continue
+            cached = self._piece_cache.get(piece)
+            if cached is None:
+                cached = self._fast.encode(piece, add_special_tokens=False).ids
+                if len(piece) > 16 and len(self._piece_cache) < 65536:
+                    self._piece_cache[piece] = cached
+            ids.extend(cached)
+        return ids
 
     def stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
