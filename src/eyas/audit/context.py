@@ -138,6 +138,7 @@ class AuditContext:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         fast = getattr(self.tokenizer, "backend_tokenizer", None)
         if fast is not None:
+            fast.encode_special_tokens = False  # transformers may leave it set (see Renderer)
             return [e.ids for e in fast.encode_batch(texts, add_special_tokens=False)]
         return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
 

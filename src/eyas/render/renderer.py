@@ -156,7 +156,7 @@ class Renderer:
     def _prepared_tools(self, tools: list[dict]) -> tuple[list[dict], str | None]:
         """Deep-sorted tools (Kimi) and their TypeScript declaration, cached per tool set:
         datasets reuse a few tool sets across many rows."""
-        key = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+        key = orjson.dumps([self.supply_tools_ts, tools], option=orjson.OPT_SORT_KEYS)
         hit = self._tools_cache.get(key)
         if hit is None:
             prepared = deep_sort(tools) if self.profile.tool_call_ids == "kimi" else tools
@@ -178,6 +178,9 @@ class Renderer:
         # per-call overhead was half of convert+render time (bench_convert_render).
         if self._fast is None:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # transformers toggles this flag on the shared Rust tokenizer for split_special_tokens
+        # calls and may leave it set; marker strings in a rendered prompt are special tokens.
+        self._fast.encode_special_tokens = False
         if self._split is None:
             return self._fast.encode(text, add_special_tokens=False).ids
         # Special tokens are atomic (no lstrip/rstrip), so the text encodes as the
