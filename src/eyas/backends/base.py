@@ -63,6 +63,22 @@ def transport_error(exc: BaseException) -> BackendError:
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
+# Sampling parameters both servers accept under these names (anchors.md #13: real names only).
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+def sampling_params(sampling: dict[str, Any]) -> dict[str, Any]:
+    """The set sampling values among SAMPLING_KEYS (None means unset)."""
+    return {k: sampling[k] for k in SAMPLING_KEYS if sampling.get(k) is not None}
+
 
 def json_headers(api_key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}

@@ -20,18 +20,8 @@ from eyas.backends.base import (
     GenRequest,
     json_headers,
     post_bytes,
+    sampling_params,
     wait_http_ready,
-)
-
-_SAMPLING_KEYS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "seed",
 )
 
 
@@ -41,9 +31,9 @@ def _sampling(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
         "stop_token_ids": stop_token_ids,
         "skip_special_tokens": False,
     }
-    for key in _SAMPLING_KEYS:
-        if request.sampling.get(key) is not None:
-            params[key] = request.sampling[key]
+    params.update(sampling_params(request.sampling))
+    if request.sampling.get("seed") is not None:
+        params["seed"] = request.sampling["seed"]
     return params
 
 
