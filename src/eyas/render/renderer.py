@@ -18,6 +18,7 @@ import orjson
 from eyas.records import Conversation
 from eyas.render.normalize import normalize_messages
 from eyas.render.profiles import Profile, detect_profile, get_profile
+from eyas.render.template import PROBE_TOOLS, DirectTemplate
 from eyas.tools.schema import deep_sort
 from eyas.tools.typescript import encode_tools_typescript
 
@@ -77,7 +78,9 @@ class RenderedPrompt:
 
 
 class Renderer:
-    """Renders with `apply_chat_template(messages, tools=..., add_generation_prompt=True)`.
+    """Renders with `apply_chat_template(messages, tools=..., add_generation_prompt=True)`,
+    or with the same compiled template directly when that was verified byte-identical
+    (`eyas.render.template`).
 
     Args:
         model_dir: local model (or tokenizer) directory.
@@ -116,6 +119,17 @@ class Renderer:
         self._tools_cache: dict[bytes, tuple[list[dict], str | None]] = {}
         self.fingerprint = tokenizer_fingerprint(self.model_dir)
         self.template_sha256 = template_fingerprint(self.tokenizer.chat_template)
+        self._direct = None if overrides else self._direct_template()
+
+    def _direct_template(self) -> DirectTemplate | None:
+        """The direct render path when it is byte-identical to apply_chat_template here."""
+        try:
+            direct = DirectTemplate(self.tokenizer)
+        except ImportError:  # a transformers without the private compile helper
+            return None
+        _, probe_ts = self._prepared_tools(PROBE_TOOLS)
+        extra = {"tools_ts_str": probe_ts} if probe_ts is not None else {}
+        return direct if direct.verify(self.template_kwargs, extra) else None
 
     def _special_splitter(self):
         """A regex that splits text at (and keeps) the special tokens, or None when the split
@@ -145,6 +159,8 @@ class Renderer:
             tools, ts = self._prepared_tools(tools)
             if ts is not None:
                 kwargs["tools_ts_str"] = ts
+        if self._direct is not None:
+            return self._direct.render(messages, tools, add_generation_prompt, **kwargs)
         return self.tokenizer.apply_chat_template(
             messages,
             tools=tools,
