@@ -1,20 +1,32 @@
-"""Drafter training throughput on CPU at toy scale, TTT 3 and 7 (supervised tokens/s).
+"""Drafter training throughput on CPU at toy scale, TTT 3 and 7 (supervised tokens/s), with
+speculators 0.9.0 `Eagle3DraftModel` on the same batches in the same run.
 
-    .venv/bin/python bench/bench_train.py [--steps 20]
+    .venv/bin/python bench/bench_train.py [--steps 20] [--batch-tokens 4096] [--no-peer]
 
-Trains on reference-completion samples of the toy `tiny` target (built or reused) and prints
-supervised tokens/s per configuration; writes JSON. The peer comparison the issue asks for
-(speculators 0.9.0 `Eagle3DraftModel` on the same shapes) needs speculators in its own venv
-(it pins transformers <= 5.19); it is not run here -- see the closing note in the README.
+Three figures per TTT depth, all on the same sequences, batches and draft vocabulary:
+- eyas online: `eyas train`'s full step, the frozen target's forward included.
+- eyas drafter step: the same Trainer step with the target outputs precomputed (what a
+  peer that trains from stored hidden states does per step).
+- speculators: `Eagle3DraftModel` (1 layer, sdpa attention, eager KL loss, decay 0.8) on
+  the same batches, packed as speculators packs them, with the same AdamW and clipping;
+  run in its own venv (tools/speculators_env.sh builds it; speculators pins transformers
+  <= 5.19) by bench/peer_speculators_train.py.
+ratio = speculators time / eyas drafter-step time for the same timed steps (> 1: eyas
+faster). The first `--warmup` steps of each are not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
 
 from eyas.config import TrainConfig
 from eyas.render.renderer import Renderer
@@ -22,7 +34,9 @@ from eyas.sources import convert_rows
 from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
-from eyas.train.loop import run_train
+from eyas.train.loop import Trainer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def samples(model_dir: Path, path: Path) -> None:
@@ -34,59 +48,213 @@ def samples(model_dir: Path, path: Path) -> None:
                     f.write(json.dumps(reference_sample(r, conv).to_dict()) + "\n")
 
 
+class RecordingTrainer(Trainer):
+    """Runs the target online and keeps its outputs per batch."""
+
+    def __init__(self, cfg: TrainConfig, cache: dict):
+        super().__init__(cfg, log=lambda s: None)
+        self.cache = cache
+
+    def _target_outputs(self, ids, attn):
+        out = super()._target_outputs(ids, attn)
+        self.cache[ids.numpy().tobytes()] = out
+        return out
+
+
+class PrecomputedTrainer(Trainer):
+    """The same step on the recorded target outputs."""
+
+    def __init__(self, cfg: TrainConfig, cache: dict):
+        super().__init__(cfg, log=lambda s: None)
+        self.cache = cache
+
+    def _target_outputs(self, ids, attn):
+        return self.cache[ids.numpy().tobytes()]
+
+
+def timed(history: list[dict], warmup: int) -> tuple[float, int]:
+    """Seconds and supervised tokens of the steps after `warmup`."""
+    start = history[warmup - 1]["elapsed_s"] if warmup else 0.0
+    return history[-1]["elapsed_s"] - start, sum(m["trained_positions"] for m in history[warmup:])
+
+
+def export_peer_batches(trainer: Trainer, steps: int, path: Path, meta_path: Path) -> None:
+    """The batches of steps 0..steps-1 in speculators' layout: per sequence shifted as
+    speculators' `shift_batch` does (x_{j+1}, g_j, y_{j+1}), packed into one row with
+    document ids. The loss mask is eyas's (index j trains x_{j+2}) so both train the same
+    positions."""
+    target = trainer.target
+    captured = {}
+    hook = target.model.model.layers[-1].register_forward_hook(
+        lambda m, i, o: captured.__setitem__("last", o[0] if isinstance(o, tuple) else o)
+    )
+    tensors: dict[str, torch.Tensor] = {
+        "t2d": trainer.raw_model.t2d.clone(),
+        "d2t": trainer.raw_model.d2t.clone(),
+    }
+    keys = [
+        "input_ids",
+        "hidden_states",
+        "verifier_last_hidden_states",
+        "loss_mask",
+        "position_ids",
+        "document_ids",
+    ]
+    for s in range(steps):
+        seqs, _ = trainer._batch_at(s)
+        width = max(len(q.ids) for q in seqs)
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r, q in enumerate(seqs):
+            ids[r, : len(q.ids)] = torch.tensor(q.ids)
+            attn[r, : len(q.ids)] = 1
+        aux, _ = target(ids, attn)
+        last = captured["last"]
+        parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
+        for r, q in enumerate(seqs):
+            n = len(q.ids)
+            sup = torch.tensor([*q.supervised, 0])
+            parts["input_ids"].append(ids[r, 1:n])
+            parts["hidden_states"].append(aux[r, : n - 1])
+            parts["verifier_last_hidden_states"].append(last[r, 1:n])
+            parts["loss_mask"].append(sup[2 : n + 1].to(torch.uint8))
+            parts["position_ids"].append(torch.arange(1, n))
+            parts["document_ids"].append(torch.full((n - 1,), r, dtype=torch.long))
+        for k in keys:
+            tensors[f"{s}.{k}"] = torch.cat(parts[k]).contiguous()
+    hook.remove()
+    save_file(tensors, str(path))
+    cfg = trainer.cfg
+    meta_path.write_text(
+        json.dumps(
+            {
+                "steps": steps,
+                "keys": keys,
+                "draft_vocab_size": int(trainer.raw_model.config.draft_vocab_size),
+                "aux_layers": list(target.aux_layers),
+                "loss_decay": cfg.loss_decay,
+                "lr": cfg.lr,
+                "clip": cfg.clip,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
+
+
+def speculators_python(no_peer: bool) -> str | None:
+    if no_peer:
+        return None
+    venv = subprocess.run(
+        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return str(Path(venv) / "bin" / "python")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--json", default="bench/results/train.json")
     args = ap.parse_args()
-    model_dir = build_toy("tiny")
+    peer_python = speculators_python(args.no_peer)
+    model_dir = build_toy(args.preset)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "s.jsonl"
         samples(model_dir, data)
         for ttt in (3, 7):
-            history = []
-            t0 = time.perf_counter()
-            run_train(
-                TrainConfig(
+
+            def cfg(name: str, ttt: int = ttt) -> TrainConfig:
+                return TrainConfig(
                     target=model_dir,
                     data=data,
-                    out=Path(tmp) / f"t{ttt}",
+                    out=Path(tmp) / f"{name}{ttt}",
                     steps=args.steps,
                     ttt=ttt,
                     draft_vocab=512,
-                    batch_tokens=6000,
+                    batch_tokens=args.batch_tokens,
+                    warmup_steps=2,
                     checkpoint_every=10_000,
-                ),
-                log=lambda s: None,
-                on_step=history.append,
-            )
-            wall = time.perf_counter() - t0
-            trained = sum(m["trained_positions"] for m in history)
-            steady = history[2:] or history
-            span = steady[-1]["elapsed_s"] - (history[1]["elapsed_s"] if len(history) > 2 else 0)
-            rows.append(
-                {
-                    "ttt": ttt,
-                    "steps": args.steps,
-                    "wall_s": round(wall, 2),
-                    "supervised_tokens_per_s": round(
-                        sum(m["trained_positions"] for m in steady) / max(span, 1e-9), 1
-                    ),
-                    "supervised_tokens": trained,
-                }
-            )
-    print(f"{'ttt':>5}{'steps':>8}{'wall_s':>10}{'sup tok/s':>12}")
+                )
+
+            cache: dict = {}
+            online = RecordingTrainer(cfg("online"), cache)
+            online.setup()
+            online_hist = online.train()
+            cached = PrecomputedTrainer(cfg("cached"), cache)
+            cached.setup()
+            cached_hist = cached.train()
+            online_s, tokens = timed(online_hist, args.warmup)
+            drafter_s, _ = timed(cached_hist, args.warmup)
+            row = {
+                "ttt": ttt,
+                "steps": args.steps,
+                "timed_steps": args.steps - args.warmup,
+                "supervised_tokens_timed": tokens,
+                "eyas_online_tok_s": round(tokens / online_s, 1),
+                "eyas_drafter_step_tok_s": round(tokens / drafter_s, 1),
+                "eyas_loss_first_last": [cached_hist[0]["loss"], cached_hist[-1]["loss"]],
+            }
+            if peer_python:
+                batches, meta = Path(tmp) / f"peer{ttt}.safetensors", Path(tmp) / "meta.json"
+                export_peer_batches(cached, args.steps, batches, meta)
+                out = subprocess.run(
+                    [
+                        peer_python,
+                        str(ROOT / "bench" / "peer_speculators_train.py"),
+                        "--data",
+                        str(batches),
+                        "--meta",
+                        str(meta),
+                        "--verifier",
+                        str(model_dir),
+                        "--ttt",
+                        str(ttt),
+                        "--warmup",
+                        str(args.warmup),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                )
+                peer = json.loads(out.stdout.strip().splitlines()[-1])
+                row["speculators_tok_s"] = round(tokens / peer["timed_seconds"], 1)
+                row["speculators_loss_first_last"] = [
+                    round(peer["losses"][0], 6),
+                    round(peer["losses"][-1], 6),
+                ]
+                row["ratio_vs_speculators"] = round(peer["timed_seconds"] / drafter_s, 2)
+            rows.append(row)
+            online.cleanup()
+            cached.cleanup()
+    head = f"{'ttt':>4}{'eyas online':>14}{'eyas drafter':>14}{'speculators':>14}{'ratio':>8}"
+    print("supervised tokens/s, CPU, toy", args.preset, f"batch {args.batch_tokens} tokens")
+    print(head)
     for r in rows:
-        print(f"{r['ttt']:>5}{r['steps']:>8}{r['wall_s']:>10}{r['supervised_tokens_per_s']:>12}")
+        print(
+            f"{r['ttt']:>4}{r['eyas_online_tok_s']:>14}{r['eyas_drafter_step_tok_s']:>14}"
+            f"{r.get('speculators_tok_s', '-'):>14}{r.get('ratio_vs_speculators', '-'):>8}"
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
             {
                 "bench": "train",
                 "device": "cpu",
+                "preset": args.preset,
+                "batch_tokens": args.batch_tokens,
+                "torch_threads": torch.get_num_threads(),
+                "peer": None
+                if args.no_peer
+                else "speculators 0.9.0 Eagle3DraftModel, sdpa, eager kl_div",
                 "runs": rows,
-                "peer_comparison": "not run (see README)",
             },
             indent=2,
         )
@@ -95,4 +263,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -175,5 +175,5 @@ class TrainConfig(_Strict):
     aux_layers: list[int] | None = None
     intermediate_size: int | None = None
     device: str | None = None  # cuda when available, else cpu
-    fsdp: bool = False  # FSDP2 (GPU); DDP otherwise when launched with torchrun
+    fsdp: bool = False  # FSDP2 under torchrun (gloo on CPU, NCCL on GPU); DDP otherwise
     trust_remote_code: bool = False

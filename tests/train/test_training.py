@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -89,47 +90,91 @@ def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_sampl
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-@pytest.mark.slow
-def test_two_gloo_processes_match_one(tmp_path, toy_tiny, toy_samples):
-    toml = (
-        f'target = "{toy_tiny}"\ndata = "{toy_samples}"\nsteps = 3\nttt = 2\n'
-        "draft_vocab = 400\nmax_len = 1024\nbatch_tokens = 6000\nlr = 3e-3\n"
-        "warmup_steps = 1\ncheckpoint_every = 100\n"
-    )
-    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
-    one.write_text(toml + f'out = "{tmp_path / "one"}"\n')
-    two.write_text(toml + f'out = "{tmp_path / "two"}"\n')
+def _train_cli(config, nproc: int, port: int = 29517) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, "-m", "eyas.cli", "train", "--config", str(one)],
-        check=True,
-        env=env,
-        capture_output=True,
+    launch = (
+        ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(port)]
+        if nproc > 1
+        else []
     )
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "29517",
-            "-m",
-            "eyas.cli",
-            "train",
-            "--config",
-            str(two),
-        ],
+        [sys.executable, *launch, "-m", "eyas.cli", "train", "--config", str(config)],
         env=env,
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _dist_configs(tmp_path, toy_tiny, toy_samples, extra: str = ""):
+    toml = (
+        f'target = "{toy_tiny}"\ndata = "{toy_samples}"\nsteps = 3\nttt = 2\n'
+        "draft_vocab = 400\nmax_len = 1024\nbatch_tokens = 6000\nlr = 3e-3\n"
+        f"warmup_steps = 1\ncheckpoint_every = 1\n{extra}"
+    )
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text(toml + f'out = "{tmp_path / "one"}"\n')
+    two.write_text(toml + f'out = "{tmp_path / "two"}"\n')
+    return one, two
+
+
+def _weights(out):
+    return load_file(str(out / "drafter" / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one(tmp_path, toy_tiny, toy_samples):
+    one, two = _dist_configs(tmp_path, toy_tiny, toy_samples)
+    _train_cli(one, 1)
+    _train_cli(two, 2)
     a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
     assert a.keys() == b.keys() == {1, 2, 3}
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_samples):
+    """FSDP2 (fully_shard) on two CPU processes: same losses and weights as one process,
+    checkpoints gathered from the shards, and a resume from a sharded checkpoint lands on
+    the uninterrupted run."""
+    one, two = _dist_configs(tmp_path, toy_tiny, toy_samples, "fsdp = true\n")
+    _train_cli(one, 1)
+    assert "FSDP2" in _train_cli(two, 2, port=29519)
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    wa, wb = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert wa.keys() == wb.keys()
+    for k in wa:  # full, unsharded tensors in the export input
+        assert wb[k].shape == wa[k].shape and torch.allclose(wa[k], wb[k], atol=1e-4), k
+    # Roll the sharded run back to its step-2 checkpoint and let it resume.
+    ckpts = tmp_path / "two" / "checkpoints"
+    assert (ckpts / "step-0000002" / "optimizer.pt").exists()
+    (ckpts / "latest").write_text("step-0000002")
+    metrics = tmp_path / "two" / "metrics.jsonl"
+    kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= 2]
+    metrics.write_text("\n".join(kept) + "\n")
+    assert "resumed from step-0000002" in _train_cli(two, 2, port=29521)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3]
+    resumed = losses(metrics)
+    assert resumed[3] == pytest.approx(b[3], rel=1e-5)
+    wr = _weights(tmp_path / "two")
+    assert all(torch.allclose(wr[k], wb[k], atol=1e-5) for k in wb)
+    # A one-process checkpoint resumes under FSDP2 (same files, optimizer keyed by name).
+    cross = tmp_path / "cross"
+    shutil.copytree(
+        tmp_path / "one" / "checkpoints" / "step-0000002", cross / "checkpoints" / "step-0000002"
+    )
+    (cross / "checkpoints" / "latest").write_text("step-0000002")
+    cross_cfg = tmp_path / "cross.toml"
+    cross_cfg.write_text(two.read_text().replace(f'out = "{tmp_path / "two"}"', f'out = "{cross}"'))
+    assert "resumed from step-0000002" in _train_cli(cross_cfg, 2, port=29523)
+    assert losses(cross / "metrics.jsonl") == pytest.approx({3: a[3]}, rel=1e-4)
+    wc = _weights(cross)
+    assert all(torch.allclose(wc[k], wa[k], atol=1e-4) for k in wa)
 
 
 def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_samples):

@@ -25,7 +25,13 @@ from eyas import __version__
 from eyas.config import TrainConfig
 from eyas.drafter.model import DrafterConfig, Eagle3Drafter
 from eyas.drafter.vocab import build_vocab_mapping, token_counts
-from eyas.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_drafter
+from eyas.train.checkpoint import (
+    full_state,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_drafter,
+)
 from eyas.train.data import Sequence, load_sequences, make_batches
 from eyas.train.loss import step_mask, ttt_loss
 from eyas.train.target import TargetModel
@@ -109,18 +115,30 @@ class Trainer:
         self.ckpt_root = cfg.out / "checkpoints"
         ckpt = latest_checkpoint(self.ckpt_root)
         if ckpt is not None:
-            state = load_checkpoint(ckpt, self.raw_model, self.optimizer, self.scheduler)
+            state = load_checkpoint(
+                ckpt, self.raw_model, self.optimizer, self.scheduler, self.sharded
+            )
             self.step, self.batches_done = state["step"], state["batches_done"]
             self.log(f"resumed from {ckpt.name} (step {self.step})")
+
+    @property
+    def sharded(self) -> bool:
+        return self.world > 1 and self.cfg.fsdp
 
     def _wrap(self, model: Eagle3Drafter):
         if self.world == 1:
             return model
         if self.cfg.fsdp:
+            # FSDP2: parameters become DTensor shards in place; the decoder layer is its own
+            # unit so its all-gather overlaps the root's. Gradients are reduce-scattered as a
+            # mean over ranks, like DDP's all-reduce.
             from torch.distributed.fsdp import fully_shard
 
             fully_shard(model.midlayer)
-            return fully_shard(model)
+            sharded = fully_shard(model)
+            if self.rank == 0:
+                self.log(f"drafter sharded with FSDP2 across {self.world} ranks")
+            return sharded
         return torch.nn.parallel.DistributedDataParallel(model)
 
     def _vocab(self) -> dict:
@@ -167,6 +185,11 @@ class Trainer:
             self._len = len(make_batches(self.seqs, self.cfg.batch_tokens, self.cfg.seed, 0))
         return self._len
 
+    def _target_outputs(self, ids: torch.Tensor, attn: torch.Tensor):
+        """aux hidden states [B, T, 3H] and logits [B, T, V] of the frozen target (a seam for
+        bench_train, which times the drafter step on precomputed target outputs)."""
+        return self.target(ids, attn)
+
     def _train_step(self) -> dict:
         cfg = self.cfg
         micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
@@ -187,7 +210,7 @@ class Trainer:
         loss_value = 0.0
         draft_ids = self.raw_model.draft_to_target()
         for ids, sup, attn in collated:
-            aux, target_logits = self.target(ids, attn)
+            aux, target_logits = self._target_outputs(ids, attn)
             autocast = (
                 torch.autocast("cuda", dtype=torch.bfloat16)
                 if self.device.startswith("cuda")
@@ -234,7 +257,7 @@ class Trainer:
             "step": self.step,
             "loss": round(loss_value, 6),
             "lr": self.scheduler.get_last_lr()[0],
-            "grad_norm": round(float(grad_norm), 6),
+            "grad_norm": round(float(getattr(grad_norm, "full_tensor", lambda: grad_norm)()), 6),
             "per_step_loss": [round(t[0] / max(t[1], 1), 6) for t in totals],
             "per_step_acc": [round(t[2] / max(t[3], 1), 6) for t in totals],
             "draft_vocab_coverage": round(totals[0][3] / max(totals[0][1], 1), 6),
@@ -259,6 +282,8 @@ class Trainer:
         return history
 
     def save_checkpoint(self) -> None:
+        # Gathering FSDP2 shards is a collective: every rank joins, rank 0 writes.
+        gathered = full_state(self.raw_model, self.optimizer, self.sharded)
         if self.rank != 0:
             return
         save_checkpoint(
@@ -268,11 +293,13 @@ class Trainer:
             self.optimizer,
             self.scheduler,
             {"step": self.step, "batches_done": self.batches_done, "eyas_version": __version__},
+            gathered,
         )
 
     def finish(self) -> Path:
         """Write OUT/drafter (the export input) and the training manifest."""
         out = self.cfg.out / "drafter"
+        weights, _ = full_state(self.raw_model, None, self.sharded)  # collective under FSDP2
         if self.rank == 0:
             save_drafter(
                 self.raw_model,
@@ -285,6 +312,7 @@ class Trainer:
                     "data": self.data_report.as_dict(),
                     "steps": self.step,
                 },
+                weights,
             )
         return out
 

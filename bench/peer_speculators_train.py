@@ -1,0 +1,100 @@
+"""Peer half of bench_train: speculators 0.9.0 `Eagle3DraftModel` trained on the batches
+bench_train.py exported, on CPU (sdpa attention, eager KL loss; cpu-stack.md §9.1).
+
+Runs in the speculators venv (tools/speculators_env.sh), not in eyas's: speculators pins
+transformers <= 5.19. Called by bench_train.py; prints one JSON object.
+
+    SPEC_VENV/bin/python bench/peer_speculators_train.py --data steps.safetensors \
+        --meta steps.json --verifier TOY_DIR --ttt 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--meta", required=True)
+    ap.add_argument("--verifier", required=True)
+    ap.add_argument("--ttt", type=int, required=True)
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args()
+
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.train.cli import create_transformer_layer_config
+
+    torch.manual_seed(0)
+    meta = json.loads(Path(args.meta).read_text())
+    torch.set_num_threads(int(meta["threads"]))
+    tensors = load_file(args.data)
+    layer_cfg = create_transformer_layer_config(
+        verifier_name_or_path=args.verifier,
+        num_layers=1,
+        draft_arch="llama",
+        hidden_act=None,
+        sliding_window=0,
+        full_attention_indices=[0],
+    )
+    model = Eagle3DraftModel.from_training_args(
+        verifier_config=layer_cfg,
+        t2d=tensors["t2d"],
+        d2t=tensors["d2t"],
+        draft_vocab_size=meta["draft_vocab_size"],
+        norm_before_residual=True,
+        ttt_steps=args.ttt,
+        target_layer_ids=meta["aux_layers"],
+        verifier_name_or_path=args.verifier,
+        draft_attn_impl="sdpa",
+    )
+    train_kwargs, _ = Eagle3DraftModel.get_trainer_kwargs(
+        loss_fn="kl_div",
+        loss_implementation="eager",
+        ttt_steps=args.ttt,
+        ttt_step_loss_decay=meta["loss_decay"],
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=meta["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    model.train()
+    times, losses = [], []
+    for s in range(meta["steps"]):
+        batch = {k: tensors[f"{s}.{k}"].unsqueeze(0) for k in meta["keys"]}
+        t0 = time.perf_counter()
+        _, loss, _ = model(
+            hidden_states=batch["hidden_states"],
+            input_ids=batch["input_ids"],
+            document_ids=batch["document_ids"],
+            loss_mask=batch["loss_mask"].bool(),
+            position_ids=batch["position_ids"],
+            verifier_last_hidden_states=batch["verifier_last_hidden_states"],
+            **train_kwargs,
+        )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, meta["clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    timed = times[args.warmup :]
+    print(
+        json.dumps(
+            {
+                "step_seconds": times,
+                "timed_seconds": sum(timed),
+                "timed_steps": len(timed),
+                "losses": losses,
+                "trainable_parameters": sum(p.numel() for p in params),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
