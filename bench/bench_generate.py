@@ -1,18 +1,28 @@
-"""Client throughput of `eyas generate` against the fake SGLang server (zero latency).
+"""Client throughput of `eyas generate` against the fake SGLang server (zero latency), and of
+speculators 0.9.0 `regenerate-responses` against the same server's chat endpoint.
 
-    .venv/bin/python bench/bench_generate.py [--prompts 10000] [--concurrency 256]
+    .venv/bin/python bench/bench_generate.py [--prompts 10000] [--concurrency 256] [--no-peer]
 
-10,000 prompts of ~500 tokens, outputs of ~500 tokens. Reports samples/s and the client's
-CPU seconds per 1,000 samples (the server runs in its own process). Goal (issue 4): at least
-1,500 samples/s on 2 cores, so the client is never what a GPU server waits for.
+10,000 prompts of 500 tokens, outputs of 500 tokens. Reports samples/s and the client's CPU
+seconds per 1,000 samples (the server runs in its own process). Goal (issue 4): at least 1,500
+samples/s on 2 cores, so the client is never what a GPU server waits for.
+
+The peer runs in its own venv (tools/speculators_env.sh; it pins transformers <= 5.19) with
+the same prompts as chat messages (word `wN` = token N in the fake's chat rendering, so the
+server-side prompts are the same 500 ids), `return_token_ids`, the same concurrency and output
+length. Its samples/s comes from its own "Pipeline complete in X s" line (after its imports
+and tokenizer load, like eyas's figure); its CPU figure includes process start-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import re
 import resource
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +41,91 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_tokenizer(out: Path) -> Path:
+    """A 4,200-token BPE, so every id the fake server returns decodes to real text (the peer
+    detokenizes each sample)."""
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    corpus = [
+        " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 7))) for _ in range(200))
+        for _ in range(400)
+    ]
+    return save_tokenizer(train_tokenizer(corpus, 4200), out)
+
+
+def run_speculators(url: str, prompts: Path, model_dir: Path, args, tmp: Path) -> dict:
+    venv = subprocess.run(
+        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    chat = tmp / "chat.jsonl"
+    with prompts.open("rb") as src, chat.open("wb") as dst:
+        for line in src:
+            row = orjson.loads(line)
+            words = " ".join(f"w{t}" for t in row["prompt_ids"][: args.prompt_len - 2])
+            dst.write(
+                orjson.dumps({"id": row["id"], "messages": [{"role": "user", "content": words}]})
+                + b"\n"
+            )
+    out = tmp / "peer.jsonl"
+    cpu0 = _children_cpu()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [
+            str(Path(venv) / "bin" / "python"),
+            "-m",
+            "speculators",
+            "regenerate-responses",
+            "--endpoint",
+            url + "/v1/chat/completions",
+            "--model",
+            str(model_dir),
+            "--dataset",
+            str(chat),
+            "--limit",
+            str(args.prompts),
+            "--concurrency",
+            str(args.concurrency),
+            "--max-tokens",
+            str(args.output_len + 10),
+            "--outfile",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    total = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"speculators failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    done = re.search(
+        r"Pipeline complete in ([0-9.]+)s: (\d+) conversations \((\d+) ok", proc.stdout
+    )
+    if done is None:
+        raise SystemExit(f"no summary line in speculators output:\n{proc.stdout[-2000:]}")
+    seconds, ok = float(done.group(1)), int(done.group(3))
+    rows = sum(1 for _ in out.open("rb"))
+    return {
+        "tool": "speculators 0.9.0 regenerate-responses (chat endpoint, return_token_ids)",
+        "samples": rows,
+        "conversations_ok": ok,
+        "seconds": seconds,
+        "seconds_incl_startup": round(total, 2),
+        "samples_per_s": round(rows / seconds, 1),
+        "client_cpu_s_per_1000_incl_startup": round(1000 * (_children_cpu() - cpu0) / rows, 3),
+    }
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=10_000)
@@ -38,12 +133,13 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=500)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--batch-sizes", default="1,8", help="SGLang /generate batch sizes to run")
+    ap.add_argument("--no-peer", action="store_true", help="skip speculators")
     ap.add_argument("--json", default="bench/results/generate.json")
     args = ap.parse_args()
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model_dir = save_tokenizer(train_tokenizer(["hello world"] * 10, 300), tmp / "tok")
+        model_dir = bench_tokenizer(tmp / "tok")
         renderer = Renderer(model_dir)
         prompts = tmp / "in.jsonl"
         with prompts.open("wb") as f:
@@ -91,6 +187,7 @@ def main() -> None:
                         "client_cpu_s_per_1000": round(1000 * cpu / max(1, n), 3),
                     }
                 )
+            peer = None if args.no_peer else run_speculators(url, prompts, model_dir, args, tmp)
     out = {
         "bench": "generate_fake_sglang",
         "prompts": args.prompts,
@@ -99,13 +196,25 @@ def main() -> None:
         "concurrency": args.concurrency,
         "goal_samples_per_s": 1500,
         "runs": runs,
-        "peer_comparison": "not run: speculators 0.9.0 regeneration needs a vLLM chat server "
-        "with return_token_ids; see README",
+        "peer": peer,
     }
+    if peer:
+        for r in runs:
+            r["ratio_vs_speculators"] = round(r["samples_per_s"] / peer["samples_per_s"], 2)
     cols = ("batch_size", "samples", "seconds", "samples_per_s", "client_cpu_s_per_1000")
-    print("".join(f"{c:>22}" for c in cols))
+    print(f"{'client':<28}" + "".join(f"{c:>22}" for c in (*cols[1:], "ratio")))
     for r in runs:
-        print("".join(f"{r[c]:>22}" for c in cols))
+        name = f"eyas sglang batch {r['batch_size']}"
+        print(
+            f"{name:<28}"
+            + "".join(f"{r[c]:>22}" for c in cols[1:])
+            + f"{r.get('ratio_vs_speculators', '-'):>22}"
+        )
+    if peer:
+        print(
+            f"{'speculators chat':<28}{peer['samples']:>22}{peer['seconds']:>22}"
+            f"{peer['samples_per_s']:>22}{peer['client_cpu_s_per_1000_incl_startup']:>22}{1.0:>22}"
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 

@@ -47,6 +47,21 @@ def fake_output(
     return ids, {"type": "length", "length": max_new_tokens}
 
 
+def chat_prompt_ids(messages: list[dict], vocab_size: int = 4000) -> list[int]:
+    """Stand-in for server-side chat rendering: a word `wN` is token N, any other word a
+    hashed id; each message is framed by two marker ids."""
+    ids: list[int] = []
+    for m in messages:
+        ids.append(5)
+        for word in str(m.get("content") or "").split():
+            if word[:1] == "w" and word[1:].isdigit():
+                ids.append(int(word[1:]))
+            else:
+                ids.append(32 + zlib.crc32(word.encode()) % (vocab_size - 32))
+        ids.append(4)
+    return ids or [1]
+
+
 class FakeSGLang:
     def __init__(
         self,
@@ -174,11 +189,18 @@ class FakeSGLang:
         )
 
     async def chat(self, request: web.Request) -> web.Response:
-        """An OpenAI chat endpoint (text only), for comparing text-based regeneration tools."""
+        """An OpenAI chat endpoint (text only) in vLLM's response shape, for comparing
+        text-based regeneration tools (speculators' `regenerate-responses`). With
+        `return_token_ids` it adds vLLM's top-level `prompt_token_ids` and per-choice
+        `token_ids`. The "rendering" is a cheap stand-in (words `wN` are token N), so the
+        fake server stays fast enough that the client is what gets measured."""
         payload = orjson.loads(await request.read())
-        seed = [len(str(m.get("content"))) for m in payload.get("messages", [])] or [1]
-        ids, finish = fake_output(seed, int(payload.get("max_tokens") or 16), [2])
-        text = " ".join(f"w{t}" for t in ids[:-1] if t != 2)
+        prompt_ids = chat_prompt_ids(payload.get("messages") or [])
+        ids, finish = fake_output(
+            prompt_ids, int(payload.get("max_tokens") or 16), [2], fixed_len=self.fixed_len
+        )
+        stopped = finish["type"] == "stop"
+        want_ids = bool(payload.get("return_token_ids"))
         body = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -189,18 +211,26 @@ class FakeSGLang:
                     "index": 0,
                     "message": {
                         "role": "assistant",
-                        "content": text,
+                        "content": " ".join(f"w{t}" for t in ids if t != 2),
                         "reasoning_content": None,
-                        "tool_calls": None,
+                        "tool_calls": [],
                     },
-                    "finish_reason": "stop" if finish["type"] == "stop" else "length",
+                    "logprobs": None,
+                    "finish_reason": "stop" if stopped else "length",
+                    "stop_reason": None,  # vLLM: null when the stop was EOS
+                    "token_ids": ids if want_ids else None,
                 }
             ],
+            "service_tier": None,
+            "system_fingerprint": None,
             "usage": {
-                "prompt_tokens": sum(seed),
+                "prompt_tokens": len(prompt_ids),
                 "completion_tokens": len(ids),
-                "total_tokens": sum(seed) + len(ids),
+                "total_tokens": len(prompt_ids) + len(ids),
             },
+            "prompt_logprobs": None,
+            "prompt_token_ids": prompt_ids if want_ids else None,
+            "kv_transfer_params": None,
         }
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
