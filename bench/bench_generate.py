@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import orjson
+from peers import speculators_venv
 
 from eyas.config import BackendConfig
 from eyas.generate.run import DatasetPlan, GenerateOptions, run_generate
@@ -39,9 +40,6 @@ from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def bench_tokenizer(out: Path) -> Path:
@@ -57,12 +55,7 @@ def bench_tokenizer(out: Path) -> Path:
 
 
 def run_speculators(url: str, prompts: Path, model_dir: Path, args, tmp: Path) -> dict:
-    venv = subprocess.run(
-        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    venv = speculators_venv()
     chat = tmp / "chat.jsonl"
     with prompts.open("rb") as src, chat.open("wb") as dst:
         for line in src:

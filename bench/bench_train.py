@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from peers import ROOT, speculators_venv
 from safetensors.torch import save_file
 
 from eyas.config import TrainConfig
@@ -35,8 +36,6 @@ from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
 from eyas.train.loop import Trainer
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def samples(model_dir: Path, path: Path) -> None:
@@ -141,18 +140,6 @@ def export_peer_batches(trainer: Trainer, steps: int, path: Path, meta_path: Pat
     )
 
 
-def speculators_python(no_peer: bool) -> str | None:
-    if no_peer:
-        return None
-    venv = subprocess.run(
-        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return str(Path(venv) / "bin" / "python")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
@@ -162,7 +149,7 @@ def main() -> None:
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--json", default="bench/results/train.json")
     args = ap.parse_args()
-    peer_python = speculators_python(args.no_peer)
+    peer_python = None if args.no_peer else str(speculators_venv() / "bin" / "python")
     model_dir = build_toy(args.preset)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

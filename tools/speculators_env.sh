@@ -7,11 +7,8 @@ set -euo pipefail
 VENV="${1:-${EYAS_SPECULATORS_VENV:-${EYAS_CACHE:-$HOME/.cache/eyas}/speculators-venv}}"
 STAMP="$VENV/.eyas-speculators-ready"
 [ -f "$STAMP" ] && { echo "$VENV"; exit 0; }
-PY="${PYTHON:-python3}"
-rm -rf "$VENV"
-"$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q torch==2.13.0
+. "$(dirname "$0")/venv_lib.sh"
+fresh_venv "$VENV"
 "$VENV/bin/pip" install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
 "$VENV/bin/pip" install -q aiohttp click 'datasets>=4.0.0,<=5.1.0' httpx huggingface-hub \
     'loguru>=0.7.2,<=0.7.3' 'numpy>=2.0.0,<=2.5.4' 'openai>=2.0.0' protobuf psutil \

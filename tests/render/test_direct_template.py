@@ -28,6 +28,7 @@ def _reference(r: Renderer, messages: list[dict], tools: list[dict], gen: bool, 
 def test_direct_render_is_byte_identical_on_every_toy_family(which, request):
     r = Renderer(request.getfixturevalue(which))
     assert r._direct is not None  # verified at construction
+    assert r.describe()["template_render_path"] == "direct"
     compared = 0
     for fam in FAMILIES:
         for conv in convert_rows(family_rows(fam, 12, seed=5), fam.format, fam.name):
@@ -53,6 +54,7 @@ def test_renderer_falls_back_when_the_direct_path_disagrees(kimi_dir, monkeypatc
     monkeypatch.setattr(DirectTemplate, "render", drifted)
     r = Renderer(kimi_dir)
     assert r._direct is None
+    assert r.describe()["template_render_path"] == "apply_chat_template"
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
     assert r.render_text(messages, None) == _reference(r, messages, [], True)
 

@@ -256,5 +256,8 @@ class Renderer:
             "template_sha256": self.template_sha256,
             "template_kwargs": dict(self.template_kwargs),
             "tools_ts_str_supplied_by_eyas": self.supply_tools_ts,
+            # direct: the compiled template rendered by eyas, verified byte-identical to
+            # apply_chat_template at start-up (eyas.render.template)
+            "template_render_path": "direct" if self._direct else "apply_chat_template",
             "stop_token_ids": self.stop_token_ids(),
         }
