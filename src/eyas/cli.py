@@ -157,6 +157,9 @@ def generate(
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
     max_attempts: Annotated[int, typer.Option(help="tries per request")] = 5,
+    max_consecutive_failures: Annotated[
+        int, typer.Option(help="stop (resumable) after this many jobs in a row fail; 0: never")
+    ] = 64,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     shard_size: Annotated[int, typer.Option(help="samples per committed Parquet shard")] = 2000,
     set_: Annotated[
@@ -205,6 +208,7 @@ def generate(
         if config is None:
             opts.shard_size = shard_size
             opts.backend.batch_size = batch_size
+            opts.backend.retry.max_consecutive_failures = max_consecutive_failures
         manifest = run_generate(opts, renderer, model_dir)
     except StageError as exc:
         _fail(str(exc), 1)
@@ -220,6 +224,12 @@ def generate(
             f"failure reasons: {run['failure_reasons']} (see {opts.out / 'errors.jsonl'})"
         )
     if not manifest["complete"]:
+        if manifest["stopped_reason"] != "interrupted":
+            console.print(
+                f"[red]stopped: {manifest['stopped_reason']}[/]; fix the servers and rerun "
+                "the same command to resume"
+            )
+            raise typer.Exit(1)
         console.print("[yellow]interrupted: rerun the same command to resume[/]")
         raise typer.Exit(130)
 

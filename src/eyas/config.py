@@ -43,6 +43,10 @@ class RetryConfig(_Strict):
     max_attempts: int = Field(5, ge=1)
     backoff_s: float = Field(1.0, ge=0.0)
     max_backoff_s: float = Field(60.0, ge=0.0)
+    # Stop dispatching (the run stays resumable) once this many jobs in a row failed on
+    # retryable errors after all their attempts: the servers are down, not the data, and
+    # going on would only fill errors.jsonl. 0 = never stop.
+    max_consecutive_failures: int = Field(64, ge=0)
 
 
 class BackendConfig(_Strict):

@@ -295,3 +295,42 @@ def test_openai_chat_backend_is_marked_lossy_and_the_audit_fails_it(tmp_path, ki
     result = run_audit(tmp_path / "g", kimi_dir)
     lossy = [f for f in result.findings if f.check == "lossy-backend"]
     assert lossy and lossy[0].severity == "error" and lossy[0].count == len(samples)
+
+
+def test_a_dead_server_stops_the_run_resumably_instead_of_failing_every_row(
+    tmp_path, kimi_dir, rendered
+):
+    args = [
+        "--model",
+        str(kimi_dir),
+        "--backend",
+        "sglang",
+        "--input",
+        str(rendered),
+        "--out",
+        str(tmp_path / "gen"),
+        "--max-new-tokens",
+        "20",
+        "--concurrency",
+        "2",
+        "--batch-size",
+        "1",
+    ]
+    ids = {r["id"] for r in rendered_rows(rendered)}
+    with fake_sglang_server("--fault-rate", "1.0", "--faults", "503") as url:
+        res = generate(
+            [*args, "--url", url, "--max-attempts", "2", "--max-consecutive-failures", "5"]
+        )
+    assert res.exit_code == 1, res.output
+    assert "servers_failing" in res.output
+    manifest = json.loads((tmp_path / "gen" / "manifest.json").read_text())
+    assert not manifest["complete"]
+    assert manifest["stopped_reason"].startswith("servers_failing: 5 jobs in a row")
+    errors = (tmp_path / "gen" / "errors.jsonl").read_text().splitlines()
+    assert 5 <= len(errors) <= 5 + 2  # the breaker plus what was in flight
+    assert len(ids) > 20 and not committed_ids(tmp_path / "gen")
+    with fake_sglang_server() as url:  # the server is back: rerun resumes everything
+        res = generate([*args, "--url", url])
+    assert res.exit_code == 0, res.output
+    assert committed_ids(tmp_path / "gen") == ids
+    assert (tmp_path / "gen" / "errors.jsonl").read_text() == ""

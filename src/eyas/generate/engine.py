@@ -107,6 +107,8 @@ class Engine:
         self.on_progress = on_progress
         self.stats = Stats()
         self.stop = asyncio.Event()
+        self.stopped_reason: str | None = None  # set when the engine stops itself
+        self._consecutive_failures = 0
         self._rng = random.Random()
 
     # -- one request, with retries ------------------------------------------------------------
@@ -201,11 +203,28 @@ class Engine:
                         job.id, exc.error.reason, exc.error.detail, exc.attempts, job.dataset
                     )
                 )
+                self._note_failure(exc.error)
             else:
+                self._consecutive_failures = 0
                 self.commit(samples)
             self.stats.done += 1
             if self.on_progress:
                 self.on_progress(self.stats)
+
+    def _note_failure(self, error: BackendError) -> None:
+        """Circuit breaker: a permanent answer (400) means the server is alive; a run of jobs
+        that exhausted their retries on transport/5xx/timeout errors means it is not."""
+        if not error.retryable:
+            self._consecutive_failures = 0
+            return
+        self._consecutive_failures += 1
+        limit = self.retry.max_consecutive_failures
+        if limit and self._consecutive_failures >= limit and not self.stop.is_set():
+            self.stopped_reason = (
+                f"servers_failing: {self._consecutive_failures} jobs in a row failed after "
+                f"{self.retry.max_attempts} attempts (last: {error.reason})"
+            )
+            self.stop.set()  # in-flight jobs finish; undispatched ones stay for the resume
 
     async def _flusher(self) -> None:
         while True:

@@ -318,6 +318,8 @@ async def _generate(opts: GenerateOptions, renderer: Renderer, model_dir: Path) 
         "eyas_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "complete": not engine.stop.is_set(),
+        "stopped_reason": engine.stopped_reason
+        or ("interrupted" if engine.stop.is_set() else None),
         "input": str(opts.input),
         "backend": {
             "kind": opts.backend.kind,
