@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from eyas.train.data import group_by_budget
+
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -77,16 +79,7 @@ def build_examples(
 
 def _batches(examples, batch_tokens: int, rng: random.Random):
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    batches, cur, cur_max = [], [], 0
-    for i in order:
-        n = len(examples[i][0])
-        if cur and max(cur_max, n) * (len(cur) + 1) > batch_tokens:
-            batches.append(cur)
-            cur, cur_max = [], 0
-        cur.append(i)
-        cur_max = max(cur_max, n)
-    if cur:
-        batches.append(cur)
+    batches = group_by_budget(order, [len(e[0]) for e in examples], batch_tokens)
     rng.shuffle(batches)
     return batches
 

@@ -86,13 +86,12 @@ def load_sequences(
     return out, report
 
 
-def make_batches(seqs: list[Sequence], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """Length-bucketed batches of at most `max_tokens` padded tokens, in a seeded order."""
-    rng = random.Random(f"{seed}:{epoch}")
-    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), rng.random()))
+def group_by_budget(order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Split `order` into consecutive batches whose padded size (longest x count) stays within
+    `max_tokens`; a sequence longer than the budget gets a batch of its own."""
     batches, cur, width = [], [], 0
     for i in order:
-        n = len(seqs[i].ids)
+        n = lengths[i]
         if cur and max(width, n) * (len(cur) + 1) > max_tokens:
             batches.append(cur)
             cur, width = [], 0
@@ -100,5 +99,13 @@ def make_batches(seqs: list[Sequence], max_tokens: int, seed: int, epoch: int) -
         width = max(width, n)
     if cur:
         batches.append(cur)
+    return batches
+
+
+def make_batches(seqs: list[Sequence], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Length-bucketed batches of at most `max_tokens` padded tokens, in a seeded order."""
+    rng = random.Random(f"{seed}:{epoch}")
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), rng.random()))
+    batches = group_by_budget(order, [len(s.ids) for s in seqs], max_tokens)
     rng.shuffle(batches)
     return batches
