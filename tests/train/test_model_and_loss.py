@@ -138,3 +138,37 @@ def test_vocab_mapping_from_supervised_tokens_only():
     assert vocab["draft_vocab_size"] == 3 and vocab["distinct_supervised_tokens"] == 3
     ids = torch.arange(3) + vocab["d2t"]
     assert ids.tolist() == [3, 4, 9] and vocab["t2d"].nonzero().flatten().tolist() == [3, 4, 9]
+
+
+def _optimizer_step(model):
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    logits = model(torch.randint(0, 50, (2, 6)), torch.randn(2, 6, 96), 2)
+    sum(x.sum() for x in logits).backward()
+    opt.step()
+    sched.step()
+    return opt, sched
+
+
+def test_checkpoints_key_optimizer_state_by_name_and_read_positional_ones(tmp_path):
+    from eyas.train.checkpoint import load_checkpoint, save_checkpoint
+
+    model = tiny_drafter(0, 50, 20)
+    opt, sched = _optimizer_step(model)
+    path = save_checkpoint(tmp_path, 1, model, opt, sched, {"step": 1})
+    blob = torch.load(path / "optimizer.pt", weights_only=True)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert blob["optimizer"]["param_groups"][0]["params"] == names
+    assert set(blob["optimizer"]["state"]) <= set(names)
+    for layout in ("by_name", "positional"):  # positional: checkpoints of earlier versions
+        if layout == "positional":
+            blob["optimizer"] = opt.state_dict()
+            torch.save(blob, path / "optimizer.pt")
+        fresh = tiny_drafter(1, 50, 20)
+        opt2, sched2 = _optimizer_step(fresh)
+        load_checkpoint(path, fresh, opt2, sched2)
+        want, got = opt.state_dict(), opt2.state_dict()
+        assert want["param_groups"] == got["param_groups"]
+        for i, state in want["state"].items():
+            for key, value in state.items():
+                assert torch.equal(got["state"][i][key], value), (layout, i, key)
