@@ -13,6 +13,7 @@ from typing import Any
 
 from eyas.backends.base import Generation, GenRequest
 from eyas.backends.hf_generate import generate_batch
+from eyas.hf_models import load_frozen_lm
 
 
 class LocalBackend:
@@ -29,21 +30,11 @@ class LocalBackend:
         trust_remote_code: bool = False,
     ):
         import torch
-        from transformers import AutoModelForCausalLM
 
         self.url = f"local:{model_dir}"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.model = (
-            AutoModelForCausalLM.from_pretrained(
-                str(model_dir),
-                dtype=dtype,
-                trust_remote_code=trust_remote_code,
-                use_safetensors=True,
-            )
-            .to(self.device)
-            .eval()
-        )
+        self.model = load_frozen_lm(model_dir, self.device, dtype, trust_remote_code)
         self.stop_token_ids = stop_token_ids
         self.pad_token_id = pad_token_id
         self.batch_size = batch_size

@@ -22,6 +22,7 @@ import torch
 from eyas import __version__
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.speculative import greedy_reference, speculative_decode
+from eyas.hf_models import load_frozen_lm
 from eyas.train.checkpoint import load_drafter
 
 
@@ -73,18 +74,10 @@ def run_eval(
     seed: int = 0,
     progress=None,
 ) -> dict[str, Any]:
-    from transformers import AutoModelForCausalLM
-
     from eyas.render.renderer import Renderer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    target = (
-        AutoModelForCausalLM.from_pretrained(
-            str(target_dir), dtype=torch.float32, use_safetensors=True
-        )
-        .to(device)
-        .eval()
-    )
+    target = load_frozen_lm(target_dir, device, torch.float32)
     drafter = load_drafter(drafter_dir, device).eval()
     aux = drafter.config.aux_layer_ids
     stop = set(Renderer(target_dir).stop_token_ids())

@@ -8,6 +8,7 @@ tokenizer is a fast-tokenizer conversion without Moonshot's Python override).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,12 +118,16 @@ class Renderer:
         self._split = self._special_splitter()
         self._piece_cache: dict[str, list[int]] = {}
         self._tools_cache: dict[bytes, tuple[list[dict], str | None]] = {}
+        self._overrides_template = overrides
         self.fingerprint = tokenizer_fingerprint(self.model_dir)
         self.template_sha256 = template_fingerprint(self.tokenizer.chat_template)
-        self._direct = None if overrides else self._direct_template()
 
-    def _direct_template(self) -> DirectTemplate | None:
-        """The direct render path when it is byte-identical to apply_chat_template here."""
+    @functools.cached_property
+    def _direct(self) -> DirectTemplate | None:
+        """The direct render path when it is byte-identical to apply_chat_template here;
+        verified on first use, so a Renderer built only for encoding or stop ids pays nothing."""
+        if self._overrides_template:
+            return None
         try:
             direct = DirectTemplate(self.tokenizer)
         except ImportError:  # a transformers without the private compile helper

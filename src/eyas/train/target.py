@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from eyas.hf_models import load_frozen_lm
+
 
 def default_aux_layers(num_layers: int) -> list[int]:
     """SGLang's default capture ids [2, N//2, N-3]; for very shallow targets, where those
@@ -34,20 +36,7 @@ class TargetModel:
         dtype: torch.dtype = torch.float32,
         trust_remote_code: bool = False,
     ):
-        from transformers import AutoModelForCausalLM
-
-        self.model = (
-            AutoModelForCausalLM.from_pretrained(
-                str(model_dir),
-                dtype=dtype,
-                trust_remote_code=trust_remote_code,
-                use_safetensors=True,
-            )
-            .to(device)
-            .eval()
-        )
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        self.model = load_frozen_lm(model_dir, device, dtype, trust_remote_code)
         cfg = self.model.config
         self.num_layers = cfg.num_hidden_layers
         self.hidden_size = cfg.hidden_size
