@@ -9,15 +9,12 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
+from generate_cli import generate, generate_args
 
-from eyas.cli import app
 from eyas.render import Renderer
 from eyas.store import committed_ids, read_samples
 from eyas.testing.fake_sglang import fake_output
 from eyas.testing.server import fake_sglang_server
-
-runner = CliRunner()
 
 
 def rendered_rows(prep):
@@ -28,29 +25,21 @@ def rendered_rows(prep):
     return rows
 
 
-def generate(args):
-    result = runner.invoke(app, ["generate", *args, "--no-progress"])
-    return result
-
-
 def test_exact_ids_round_trip(tmp_path, kimi_dir, rendered):
     stop = Renderer(kimi_dir).stop_token_ids()
     with fake_sglang_server() as url:
         res = generate(
-            [
-                "--model",
+            generate_args(
                 str(kimi_dir),
-                "--backend",
                 "sglang",
+                str(rendered),
                 "--url",
                 url,
-                "--input",
-                str(rendered),
                 "--out",
                 str(tmp_path / "gen"),
                 "--max-new-tokens",
                 "300",
-            ]
+            )
         )
     assert res.exit_code == 0, res.output
     rows = {r["id"]: r for r in rendered_rows(rendered)}
@@ -89,15 +78,12 @@ def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, render
         "0.2",
     ) as url:
         res = generate(
-            [
-                "--model",
+            generate_args(
                 str(kimi_dir),
-                "--backend",
                 "sglang",
+                str(rendered),
                 "--url",
                 url,
-                "--input",
-                str(rendered),
                 "--out",
                 str(tmp_path / "gen"),
                 "--max-new-tokens",
@@ -110,7 +96,7 @@ def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, render
                 "16",
                 "--batch-size",
                 batch,
-            ]
+            )
         )
     assert res.exit_code == 0, res.output
     ids = {r["id"] for r in rendered_rows(rendered)}
@@ -139,24 +125,21 @@ def test_two_servers_and_shards_cover_everything_once(tmp_path, kimi_dir, render
         for i in range(3):
             out = tmp_path / f"shard{i}"
             res = generate(
-                [
-                    "--model",
+                generate_args(
                     str(kimi_dir),
-                    "--backend",
                     "sglang",
+                    str(rendered),
                     "--url",
                     a,
                     "--url",
                     b,
-                    "--input",
-                    str(rendered),
                     "--out",
                     str(out),
                     "--max-new-tokens",
                     "20",
                     "--shard",
                     f"{i}/3",
-                ]
+                )
             )
             assert res.exit_code == 0, res.output
             got.append(committed_ids(out))
@@ -167,30 +150,24 @@ def test_two_servers_and_shards_cover_everything_once(tmp_path, kimi_dir, render
 
 def test_fingerprint_mismatch_is_refused(tmp_path, qwen_dir, rendered):
     res = generate(
-        [
-            "--model",
+        generate_args(
             str(qwen_dir),
-            "--backend",
             "sglang",
+            str(rendered),
             "--url",
             "http://127.0.0.1:1",
-            "--input",
-            str(rendered),
             "--out",
             str(tmp_path / "g"),
-        ]
+        )
     )
     assert res.exit_code == 1 and "fingerprint_mismatch" in res.output
 
 
 @pytest.mark.slow
 def test_sigkill_five_times_then_resume_equals_uninterrupted(tmp_path, kimi_dir, rendered):
-    args = [
-        "--model",
+    args = generate_args(
         str(kimi_dir),
-        "--backend",
         "sglang",
-        "--input",
         str(rendered),
         "--max-new-tokens",
         "40",
@@ -199,7 +176,7 @@ def test_sigkill_five_times_then_resume_equals_uninterrupted(tmp_path, kimi_dir,
         "--shard-size",
         "5",
         "--no-progress",
-    ]
+    )
     rng = random.Random(11)
     with fake_sglang_server("--fault-rate", "1.0", "--faults", "slow", "--slow-s", "0.06") as url:
         ref = generate([*args[:-1], "--url", url, "--out", str(tmp_path / "ref")])
@@ -233,12 +210,9 @@ def test_sigkill_five_times_then_resume_equals_uninterrupted(tmp_path, kimi_dir,
 
 
 def test_sigint_flushes_and_leaves_a_resumable_run(tmp_path, kimi_dir, rendered):
-    args = [
-        "--model",
+    args = generate_args(
         str(kimi_dir),
-        "--backend",
         "sglang",
-        "--input",
         str(rendered),
         "--max-new-tokens",
         "40",
@@ -247,7 +221,7 @@ def test_sigint_flushes_and_leaves_a_resumable_run(tmp_path, kimi_dir, rendered)
         "--shard-size",
         "5",
         "--no-progress",
-    ]
+    )
     out = tmp_path / "g"
     with fake_sglang_server("--fault-rate", "1.0", "--faults", "slow", "--slow-s", "0.05") as url:
         cmd = [sys.executable, "-m", "eyas.cli", "generate", *args, "--url", url, "--out", str(out)]
@@ -272,20 +246,17 @@ def test_openai_chat_backend_is_marked_lossy_and_the_audit_fails_it(tmp_path, ki
 
     with fake_sglang_server() as url:
         res = generate(
-            [
-                "--model",
+            generate_args(
                 str(kimi_dir),
-                "--backend",
                 "openai_chat",
+                str(rendered / "rendered" / "b4_sharegpt.jsonl"),
                 "--url",
                 url,
-                "--input",
-                str(rendered / "rendered" / "b4_sharegpt.jsonl"),
                 "--out",
                 str(tmp_path / "g"),
                 "--max-new-tokens",
                 "30",
-            ]
+            )
         )
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "g" / "manifest.json").read_text())
@@ -300,12 +271,9 @@ def test_openai_chat_backend_is_marked_lossy_and_the_audit_fails_it(tmp_path, ki
 def test_a_dead_server_stops_the_run_resumably_instead_of_failing_every_row(
     tmp_path, kimi_dir, rendered
 ):
-    args = [
-        "--model",
+    args = generate_args(
         str(kimi_dir),
-        "--backend",
         "sglang",
-        "--input",
         str(rendered),
         "--out",
         str(tmp_path / "gen"),
@@ -315,7 +283,7 @@ def test_a_dead_server_stops_the_run_resumably_instead_of_failing_every_row(
         "2",
         "--batch-size",
         "1",
-    ]
+    )
     ids = {r["id"] for r in rendered_rows(rendered)}
     with fake_sglang_server("--fault-rate", "1.0", "--faults", "503") as url:
         res = generate(

@@ -2,40 +2,31 @@
 
 import json
 
-from typer.testing import CliRunner
+from generate_cli import generate, generate_args
 
-from eyas.cli import app
 from eyas.render import Renderer
 from eyas.store import read_samples
 from eyas.testing.server import fake_sglang_server
-
-runner = CliRunner()
 
 
 def test_tool_call_mismatch_stops_the_conversation(tmp_path, kimi_dir, rendered):
     # The fake server's outputs never contain a native tool call, so every Glaive tool turn
     # is a mismatch: the first turn is kept, the source's tool result is not spliced in.
     with fake_sglang_server() as url:
-        res = runner.invoke(
-            app,
-            [
-                "generate",
-                "--model",
-                str(kimi_dir),
-                "--backend",
+        res = generate(
+            generate_args(
+                kimi_dir,
                 "sglang",
+                rendered / "rendered" / "b1_glaive.jsonl",
                 "--url",
                 url,
-                "--input",
-                str(rendered / "rendered" / "b1_glaive.jsonl"),
                 "--out",
-                str(tmp_path / "g"),
+                tmp_path / "g",
                 "--max-new-tokens",
-                "700",
+                700,
                 "--multi-turn",
                 "all",
-                "--no-progress",
-            ],
+            )
         )
     assert res.exit_code == 0, res.output
     rows = [
@@ -64,24 +55,18 @@ def test_all_turns_regenerated_with_local_model(tmp_path, toy_tiny):
     convert_file(src, tmp_path / "u.jsonl", "ultrachat", "b5_ultrachat")
     renderer = Renderer(toy_tiny)
     render_file(renderer, tmp_path / "u.jsonl", tmp_path / "u.r.jsonl")
-    res = runner.invoke(
-        app,
-        [
-            "generate",
-            "--model",
-            str(toy_tiny),
-            "--backend",
+    res = generate(
+        generate_args(
+            toy_tiny,
             "local",
-            "--input",
-            str(tmp_path / "u.r.jsonl"),
+            tmp_path / "u.r.jsonl",
             "--out",
-            str(tmp_path / "g"),
+            tmp_path / "g",
             "--max-new-tokens",
-            "48",
+            48,
             "--multi-turn",
             "all",
-            "--no-progress",
-        ],
+        )
     )
     assert res.exit_code == 0, res.output
     samples = list(read_samples(tmp_path / "g"))
