@@ -42,21 +42,17 @@ def naive_ttt(model, ids, aux, k_steps):
     for k in range(k_steps):
         logits_k = torch.zeros(b, t, model.config.draft_vocab_size)
         hidden_k = torch.zeros_like(fused)
-        for j in range(t):
+        queries = {}  # j -> q of this step: [1, h, 1, d]
+        for j in range(t):  # all of this step's keys first: position j attends to j' < j
             tok = ids[:, min(j + k, t - 1)]
             emb = model.embed_tokens(tok)[:, None]
             x = torch.cat(
                 [layer.input_layernorm(emb), layer.hidden_norm(hidden_prev[:, j : j + 1])], -1
             )
-            q, kk, vv = attn.project(x, torch.tensor([j + k]))
+            queries[j], kk, vv = attn.project(x, torch.tensor([j + k]))
             keys[(k, j)] = (kk[0, :, 0], vv[0, :, 0])
         for j in range(t):
-            tok = ids[:, min(j + k, t - 1)]
-            emb = model.embed_tokens(tok)[:, None]
-            x = torch.cat(
-                [layer.input_layernorm(emb), layer.hidden_norm(hidden_prev[:, j : j + 1])], -1
-            )
-            q, _, _ = attn.project(x, torch.tensor([j + k]))
+            q = queries[j]
             visible = [keys[(0, i)] for i in range(j + 1)] + [keys[(s, j)] for s in range(1, k + 1)]
             kmat = torch.stack([kv[0] for kv in visible], 1)  # [h, n, d]
             vmat = torch.stack([kv[1] for kv in visible], 1)
