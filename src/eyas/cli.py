@@ -1,41 +1,99 @@
 """eyas command line: one sub-command per stage; parsing and dispatch only.
 
-eyas convert --format auto --dataset b1 glaive.jsonl b1.jsonl
-eyas render --model ~/models/Kimi-K2.5 --trust-remote-code b1.jsonl b1.rendered.jsonl
-eyas toy build --preset small
-eyas quickstart
+    eyas convert --format auto --dataset b1 glaive.jsonl b1.jsonl
+    eyas render --model ~/models/Kimi-K2.5 --trust-remote-code b1.jsonl b1.rendered.jsonl
+    eyas prepare --config pipeline.toml && eyas generate --config pipeline.toml
+    eyas audit runs/x/generate --model ~/models/Kimi-K2.5 --html report.html
+    eyas capture --target DIR --data runs/x/generate --out runs/x/capture --backend vllm --url URL
+    eyas train --target DIR --hidden-states runs/x/capture --out runs/x/drafter
+    eyas export drafter --checkpoint runs/x/drafter --format sglang --out exports/sglang
+    eyas eval --target DIR --drafter exports/sglang --input runs/x/prepare --backend vllm ...
+    eyas quickstart
+
+A user mistake (a missing path, a malformed file or config, a bad flag) prints one `error:`
+line and exits 2; a refusal on purpose (a template that ignores tools, a fingerprint mismatch,
+an invalid export) exits 1. No traceback for either.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from eyas.cli_schema import Flag, schema_flags
+from eyas.config import CaptureConfig, EvalConfig, PipelineConfig, TrainConfig
+from eyas.errors import EyasError
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 toy_app = typer.Typer(no_args_is_help=True, help="The toy world: a small Kimi-format target.")
+export_app = typer.Typer(no_args_is_help=True, help="Export drafters and samples.")
 app.add_typer(toy_app, name="toy")
+app.add_typer(export_app, name="export")
 console = Console(stderr=True)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (flags override it)")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="dotted override key=value (repeatable)")
+]
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
+
+
+def _validation_message(exc: Any) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return "invalid config: " + "; ".join(parts)
+
+
+def _user_errors(fn):
+    """Turn the errors a user must fix into one `error:` line and an exit code."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        from pydantic import ValidationError
+
+        try:
+            return fn(*args, **kwargs)
+        except EyasError as exc:
+            _fail(f"{exc.detail} [{exc.reason}]", exc.exit_code)
+        except ValidationError as exc:
+            _fail(_validation_message(exc))
+
+    return command
+
+
+def _renderer(model: Path, profile: str | None, thinking: bool | None, trust: bool):
+    from eyas.render import Renderer
+
+    return Renderer(model, profile, thinking, trust)
 
 
 def _thinking(value: str | None) -> bool | None:
     if value is None:
         return None
     if value not in ("on", "off"):
-        _fail(f"--thinking takes on|off, not {value!r}")
+        raise EyasError("bad_flag", f"--thinking takes on|off, not {value!r}")
     return value == "on"
 
 
+# -- convert / render ----------------------------------------------------------------------------
+
+
 @app.command()
+@_user_errors
 def convert(
     input: Annotated[Path, typer.Argument(help="JSONL, JSON array, Parquet or save_to_disk dir")],
     output: Annotated[Path, typer.Argument(help="canonical conversations (JSONL)")],
@@ -45,13 +103,9 @@ def convert(
     dataset: Annotated[str, typer.Option(help="dataset name stored on every row")] = "",
 ) -> None:
     """Convert a source dataset to canonical conversations with structured tools."""
-    from eyas.sources.io import SourceFileError
     from eyas.sources.run import convert_file, errors_path
 
-    try:
-        result = convert_file(input, output, format, dataset or input.stem)
-    except (SourceFileError, ValueError) as exc:
-        _fail(str(exc))
+    result = convert_file(input, output, format, dataset or input.stem)
     chosen = f"{result.format} (detected)" if result.detected else result.format
     console.print(f"format: {chosen}")
     console.print(
@@ -71,60 +125,54 @@ def convert(
 
 
 @app.command()
+@_user_errors
 def render(
     input: Annotated[Path, typer.Argument(help="output of `eyas convert`")],
     output: Annotated[Path, typer.Argument(help="input lines plus prompt_ids and prompt_text")],
     model: Annotated[Path, typer.Option(help="local model or tokenizer directory")],
-    thinking: Annotated[str | None, typer.Option(help="on|off (the profile's switch)")] = None,
-    profile: Annotated[str | None, typer.Option(help="kimi-k2.5|kimi-k2|qwen3|generic")] = None,
+    thinking: Annotated[str | None, typer.Option(help="on|off (the format's switch)")] = None,
+    profile: Annotated[str | None, typer.Option(help="model format (default: detected)")] = None,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
 ) -> None:
     """Render prompts with the model's own chat template (tools passed as structured tools=)."""
-    from eyas.render import Renderer, TemplateProbeError
     from eyas.render.run import render_file
 
-    renderer = Renderer(model, profile, _thinking(thinking), trust_remote_code)
-    try:
-        result = render_file(renderer, input, output)
-    except TemplateProbeError as exc:
-        _fail(str(exc), 1)
+    renderer = _renderer(model, profile, _thinking(thinking), trust_remote_code)
+    result = render_file(renderer, input, output)
     probe = result.probe
     console.print(
-        f"profile {renderer.profile.name}; tools {probe['declaration_style']}; default system "
-        f"prompt {'injected' if probe['default_system_injected'] else 'none'}; prefix-stable "
-        f"{probe['prefix_stable']}"
+        f"profile {renderer.model_format.name}; tools {probe['declaration_style']}; default "
+        f"system prompt {'injected' if probe['default_system_injected'] else 'none'}; "
+        f"prefix-stable {probe['prefix_stable']}"
     )
     console.print(f"{result.num_rendered} prompts -> {output}; manifest {result.manifest_path}")
     for reason, n in result.reasons.most_common():
         console.print(f"  rejected {n}: {reason}")
 
 
-def _renderer_for(model: Path, profile: str | None, thinking: bool | None, trust: bool):
-    from eyas.render import Renderer
+# -- prepare / generate --------------------------------------------------------------------------
 
-    return Renderer(model, profile, thinking, trust)
+_MODEL_FLAGS = (
+    Flag("model.dir", "--model"),
+    Flag("model.profile", "--profile"),
+    Flag("model.thinking", "--thinking"),
+    Flag("model.trust_remote_code", "--trust-remote-code"),
+)
 
 
 @app.command()
-def prepare(
-    config: Annotated[Path, typer.Option(help="pipeline TOML")],
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="dotted override key=value")
-    ] = None,
-) -> None:
+@_user_errors
+@schema_flags(PipelineConfig, *_MODEL_FLAGS)
+def prepare(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
     """Convert and render every dataset of a pipeline config."""
-    from eyas.config import load_config
-    from eyas.generate.run import prepare as run_prepare
-    from eyas.render import TemplateProbeError
+    from eyas.config import build_config
+    from eyas.generate.prepare import prepare as run_prepare
 
-    cfg = load_config(config, set_)
-    renderer = _renderer_for(
+    cfg = build_config(PipelineConfig, config, flags, set_)
+    renderer = _renderer(
         cfg.model.dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
     )
-    try:
-        summary = run_prepare(cfg, renderer)
-    except TemplateProbeError as exc:
-        _fail(str(exc), 1)
+    summary = run_prepare(cfg, renderer)
     table = Table("dataset", "format", "converted", "rejected", "rendered", title="prepare")
     for name, s in summary.items():
         table.add_row(
@@ -139,90 +187,53 @@ def prepare(
 
 
 @app.command()
+@_user_errors
+@schema_flags(
+    PipelineConfig,
+    *_MODEL_FLAGS,
+    Flag("generate.input"),
+    Flag("generate.out"),
+    Flag("backend.kind", "--backend"),
+    Flag("backend.urls", "--url"),
+    Flag("backend.concurrency"),
+    Flag("backend.batch_size"),
+    Flag("backend.timeout_s", "--timeout"),
+    Flag("backend.retry.max_attempts"),
+    Flag("backend.retry.max_consecutive_failures"),
+    Flag("generate.max_new_tokens"),
+    Flag("sampling.temperature"),
+    Flag("generate.multi_turn"),
+    Flag("generate.shard"),
+    Flag("generate.shard_size"),
+)
 def generate(
-    config: Annotated[Path | None, typer.Option(help="pipeline TOML (or use the flags)")] = None,
-    model: Annotated[Path | None, typer.Option(help="local model directory")] = None,
-    backend: Annotated[str, typer.Option(help="sglang|vllm|openai_chat|local")] = "local",
-    url: Annotated[list[str] | None, typer.Option(help="server URL; repeat for several")] = None,
-    input: Annotated[Path | None, typer.Option(help="rendered JSONL or prepare dir")] = None,
-    out: Annotated[Path | None, typer.Option(help="stage directory")] = None,
-    max_new_tokens: Annotated[int, typer.Option()] = 2048,
-    temperature: Annotated[float, typer.Option()] = 0.0,
-    concurrency: Annotated[int, typer.Option(help="in-flight requests per server")] = 64,
-    batch_size: Annotated[int, typer.Option(help="sglang: prompts per /generate call")] = 8,
-    shard: Annotated[str, typer.Option(help="i/n: this job's slice of ids")] = "0/1",
-    multi_turn: Annotated[str, typer.Option(help="last|all")] = "last",
-    thinking: Annotated[str | None, typer.Option(help="on|off")] = None,
-    profile: Annotated[str | None, typer.Option()] = None,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
-    max_attempts: Annotated[int, typer.Option(help="tries per request")] = 5,
-    max_consecutive_failures: Annotated[
-        int, typer.Option(help="stop (resumable) after this many jobs in a row fail; 0: never")
-    ] = 64,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
-    shard_size: Annotated[int, typer.Option(help="samples per committed Parquet shard")] = 2000,
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="dotted override key=value")
-    ] = None,
+    *,
+    flags: dict,
 ) -> None:
     """Regenerate responses with exact token ids; resumable (rerun to resume)."""
-    from eyas.config import load_config
-    from eyas.generate.run import (
-        StageError,
-        flag_options,
-        options_from_config,
-        parse_shard,
-        run_generate,
-    )
+    from eyas.config import build_config
+    from eyas.generate.run import run_generate
 
-    try:
-        if config is not None:
-            cfg = load_config(config, set_)
-            opts = options_from_config(cfg, parse_shard(shard))
-            model_dir = cfg.model.dir
-            renderer = _renderer_for(
-                model_dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
-            )
-        else:
-            if model is None or input is None or out is None:
-                _fail("without --config, --model, --input and --out are required")
-            if multi_turn not in ("last", "all"):
-                _fail("--multi-turn takes last|all")
-            opts = flag_options(
-                input,
-                out,
-                backend,
-                url or [],
-                max_new_tokens,
-                temperature,
-                concurrency,
-                shard,
-                multi_turn,
-                timeout,
-                max_attempts,
-            )
-            model_dir = model
-            renderer = _renderer_for(model, profile, _thinking(thinking), trust_remote_code)
-        opts.show_progress = progress
-        if config is None:
-            opts.shard_size = shard_size
-            opts.backend.batch_size = batch_size
-            opts.backend.retry.max_consecutive_failures = max_consecutive_failures
-        manifest = run_generate(opts, renderer, model_dir)
-    except StageError as exc:
-        _fail(str(exc), 1)
-    except ValueError as exc:
-        _fail(str(exc))
+    cfg = build_config(PipelineConfig, config, flags, set_)
+    if config is None and cfg.generate.input is None:
+        raise EyasError("bad_flag", "without --config, --model, --input and --out are required")
+    if config is None and cfg.generate.out is None:
+        raise EyasError("bad_flag", "without --config, --out is required")
+    renderer = _renderer(
+        cfg.model.dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
+    )
+    manifest = run_generate(cfg, renderer, progress)
     run = manifest["this_run"]
+    out = cfg.generate_out
     console.print(
         f"{run['samples_written']} samples written, {run['failed']} failed, {run['retries']} "
-        f"retries, skipped {run['skipped']}; {manifest['counts']['samples']} samples in {opts.out}"
+        f"retries, skipped {run['skipped']}; {manifest['counts']['samples']} samples in {out}"
     )
     if run["failure_reasons"]:
-        console.print(
-            f"failure reasons: {run['failure_reasons']} (see {opts.out / 'errors.jsonl'})"
-        )
+        console.print(f"failure reasons: {run['failure_reasons']} (see {out / 'errors.jsonl'})")
     if not manifest["complete"]:
         if manifest["stopped_reason"] != "interrupted":
             console.print(
@@ -234,7 +245,11 @@ def generate(
         raise typer.Exit(130)
 
 
+# -- audit / show --------------------------------------------------------------------------------
+
+
 @app.command()
+@_user_errors
 def audit(
     input: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
     model: Annotated[Path | None, typer.Option(help="model dir (tokenizer + template)")] = None,
@@ -242,39 +257,53 @@ def audit(
     html_out: Annotated[
         Path | None, typer.Option("--html", help="write a self-contained HTML report")
     ] = None,
+    quarantine: Annotated[
+        Path | None,
+        typer.Option(help="quarantine list (default: beside the data, where training looks)"),
+    ] = None,
+    max_quarantine: Annotated[
+        float, typer.Option(help="fail when a dataset quarantines more than this share")
+    ] = 0.05,
+    allow_incomplete: Annotated[
+        bool, typer.Option("--allow-incomplete", help="exit 0 when checks were skipped")
+    ] = False,
     max_len: Annotated[int | None, typer.Option(help="planned training/serving length")] = None,
-    sample: Annotated[int, typer.Option(help="per-dataset sample for decoding checks")] = 2000,
+    sample: Annotated[
+        str, typer.Option(help="per-dataset sample for checks that decode, or 'all'")
+    ] = "2000",
     profile: Annotated[str | None, typer.Option(help="override the detected profile")] = None,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
 ) -> None:
-    """Audit samples; exit 1 when any error-severity finding exists."""
+    """Audit samples: quarantine bad ones, exit 1 on systemic errors, 3 when incomplete."""
     import json
 
     from eyas.audit import AuditOptions, run_audit
     from eyas.audit.report import print_summary, write_html
-    from eyas.records import RecordError
+    from eyas.store import quarantine_path, write_quarantine
 
-    try:
-        result = run_audit(
-            input,
-            model,
-            AuditOptions(max_len=max_len, decode_sample=sample),
-            profile,
-            trust_remote_code,
-        )
-    except RecordError as exc:
-        _fail(str(exc))
+    if sample != "all" and not sample.isdigit():
+        raise EyasError("bad_flag", f"--sample takes a count or 'all', not {sample!r}")
+    options = AuditOptions(
+        max_len=max_len,
+        decode_sample=None if sample == "all" else int(sample),
+        max_quarantine=max_quarantine,
+    )
+    result = run_audit(input, model, options, profile, trust_remote_code)
     print_summary(result, console)
+    qpath = write_quarantine(quarantine or quarantine_path(input), result.quarantine)
+    console.print(f"quarantine: {len(result.quarantine)} samples -> {qpath}")
+    report = {**result.to_dict(), "quarantine_file": str(qpath)}
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"json: {json_out}")
     if html_out:
         console.print(f"html: {write_html(result, html_out)}")
-    raise typer.Exit(1 if result.num_errors else 0)
+    raise typer.Exit(result.exit_code(allow_incomplete))
 
 
 @app.command()
+@_user_errors
 def show(
     run: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
     id: Annotated[str, typer.Argument(help="sample id (a unique prefix is enough)")],
@@ -283,63 +312,94 @@ def show(
     ] = None,
 ) -> None:
     """Print one sample with special tokens highlighted and token boundaries visible."""
-    from eyas.audit.data import load_table
     from eyas.audit.show import render_sample
+    from eyas.render.renderer import load_tokenizer
+    from eyas.store import load_table
 
     table = load_table(run)
     matches = [i for i, sid in enumerate(table.ids) if sid == id or sid.startswith(id)]
     if len(matches) != 1:
-        _fail(f"{len(matches)} samples match {id!r}")
+        raise EyasError("no_match", f"{len(matches)} samples match {id!r} in {run}")
     model_dir = model or (table.manifest.get("render") or {}).get("model_dir")
     if not model_dir:
-        _fail("no tokenizer: pass --model DIR")
-    from eyas.render.renderer import load_tokenizer
-
+        raise EyasError("no_tokenizer", "no tokenizer: pass --model DIR")
     Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
 
 
-export_app = typer.Typer(no_args_is_help=True, help="Export drafters and samples.")
-app.add_typer(export_app, name="export")
+# -- capture / train -----------------------------------------------------------------------------
 
 
 @app.command()
-def train(
-    target: Annotated[Path | None, typer.Option(help="target model directory")] = None,
-    data: Annotated[
-        Path | None, typer.Option(help="generate stage dir, Parquet or sample JSONL")
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="output directory")] = None,
-    steps: Annotated[int | None, typer.Option()] = None,
-    ttt: Annotated[int | None, typer.Option(help="training-time-test steps")] = None,
-    draft_vocab: Annotated[int | None, typer.Option()] = None,
-    max_len: Annotated[int | None, typer.Option()] = None,
-    lr: Annotated[float | None, typer.Option()] = None,
-    batch_tokens: Annotated[int | None, typer.Option()] = None,
-    config: Annotated[Path | None, typer.Option(help="train TOML (flags override it)")] = None,
-) -> None:
-    """Train an EAGLE-3 drafter with the target online; rerun to resume."""
-    import tomllib
+@_user_errors
+@schema_flags(
+    CaptureConfig,
+    "target",
+    "data",
+    "out",
+    "backend",
+    Flag("urls", "--url"),
+    "vllm_python",
+    "storage_dir",
+    "aux_layers",
+    "dtype",
+    "shard_size",
+    "concurrency",
+    "max_len",
+    "limit",
+    "include_truncated",
+    "quarantine",
+    "include_quarantined",
+    "force",
+    "trust_remote_code",
+)
+def capture(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+    """Capture the target's hidden states for drafter training (resumable)."""
+    from eyas.capture.run import run_capture
+    from eyas.config import build_config
 
-    from eyas.config import TrainConfig
-    from eyas.train.loop import run_train
+    cfg = build_config(CaptureConfig, config, flags, set_)
+    manifest = run_capture(cfg, log=console.print)
+    console.print(
+        f"{manifest['counts']['samples']} samples captured in {cfg.out} "
+        f"({manifest['counts']['tokens']} tokens, {manifest['bytes_per_token']} bytes/token)"
+    )
+    if manifest["counts"].get("failed"):
+        console.print(f"failed: {manifest['failure_reasons']} (see {cfg.out / 'errors.jsonl'})")
 
-    values: dict = tomllib.loads(config.read_text()) if config else {}
-    for key, value in (
-        ("target", target),
-        ("data", data),
-        ("out", out),
-        ("steps", steps),
-        ("ttt", ttt),
-        ("draft_vocab", draft_vocab),
-        ("max_len", max_len),
-        ("lr", lr),
-        ("batch_tokens", batch_tokens),
-    ):
-        if value is not None:
-            values[key] = value
-    cfg = TrainConfig.model_validate(values)
+
+@app.command()
+@_user_errors
+@schema_flags(
+    TrainConfig,
+    "target",
+    "data",
+    "hidden_states",
+    "capture_ahead",
+    "capture_backend",
+    Flag("capture_urls", "--capture-url"),
+    "out",
+    "steps",
+    "ttt",
+    "draft_vocab",
+    "max_len",
+    "length_policy",
+    "lr",
+    "batch_tokens",
+    "chunk_len",
+    "quarantine",
+    "include_quarantined",
+    "include_truncated",
+    "fsdp",
+    "trust_remote_code",
+)
+def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+    """Train an EAGLE-3 drafter (target online, or from captured states); rerun to resume."""
     from rich.progress import Progress
 
+    from eyas.config import build_config
+    from eyas.train.loop import run_train
+
+    cfg = build_config(TrainConfig, config, flags, set_)
     with Progress(console=console) as bar:
         task = bar.add_task("train", total=cfg.steps)
 
@@ -353,27 +413,31 @@ def train(
     console.print(f"drafter -> {path}")
 
 
+# -- export --------------------------------------------------------------------------------------
+
+
 @export_app.command("drafter")
+@_user_errors
 def export_drafter_cmd(
-    checkpoint: Annotated[Path, typer.Option(help="trained drafter dir (OUT/drafter)")],
+    checkpoint: Annotated[
+        Path, typer.Option(help="`eyas train --out` dir, its drafter/ dir, or a checkpoint")
+    ],
     format: Annotated[str, typer.Option(help="sglang|vllm")],
     out: Annotated[Path, typer.Option()],
+    step: Annotated[int | None, typer.Option(help="export checkpoint step N instead")] = None,
     target: Annotated[Path | None, typer.Option(help="target dir (default: from training)")] = None,
     speculative_tokens: Annotated[int, typer.Option(help="vllm: draft tokens per step")] = 3,
 ) -> None:
     """Export a drafter for SGLang or vLLM, then validate it."""
     from eyas.export.drafter import export_drafter
-    from eyas.export.validate import ExportError, check_export
+    from eyas.export.validate import check_export
 
-    path = export_drafter(checkpoint, format, out, target, speculative_tokens)
-    try:
-        summary = check_export(path, target)
-    except ExportError as exc:
-        _fail(str(exc), 1)
-    console.print(f"{format} export -> {path}; validated: {summary}")
+    path = export_drafter(checkpoint, format, out, target, speculative_tokens, step)
+    console.print(f"{format} export -> {path}; validated: {check_export(path, target)}")
 
 
 @export_app.command("check")
+@_user_errors
 def export_check_cmd(
     path: Annotated[Path, typer.Argument()],
     target: Annotated[
@@ -381,51 +445,74 @@ def export_check_cmd(
     ] = None,
 ) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
-    from eyas.export.validate import ExportError, check_export
+    from eyas.export.validate import check_export
 
-    try:
-        console.print(check_export(path, target))
-    except ExportError as exc:
-        _fail(str(exc), 1)
+    console.print(check_export(path, target))
 
 
 @export_app.command("samples")
+@_user_errors
 def export_samples_cmd(
     input: Annotated[Path, typer.Argument(help="stage dir, Parquet or sample JSONL")],
     format: Annotated[str, typer.Option(help="specforge|speculators")],
     out: Annotated[Path, typer.Option(help="output JSONL")],
     include_truncated: Annotated[bool, typer.Option("--include-truncated")] = False,
+    quarantine: Annotated[Path | None, typer.Option(help="audit quarantine list")] = None,
+    include_quarantined: Annotated[bool, typer.Option("--include-quarantined")] = False,
 ) -> None:
-    """Write samples for SpecForge or speculators with ids and loss masks intact."""
+    """Write the samples that would train for SpecForge or speculators (ids and masks intact)."""
     from eyas.export.samples import export_samples
 
-    console.print(export_samples(input, format, out, include_truncated))
+    console.print(
+        export_samples(input, format, out, include_truncated, quarantine, include_quarantined)
+    )
+
+
+# -- eval ----------------------------------------------------------------------------------------
 
 
 @app.command("eval")
-def eval_cmd(
-    target: Annotated[Path, typer.Option(help="target model directory")],
-    drafter: Annotated[Path, typer.Option(help="trained drafter dir (OUT/drafter)")],
-    input: Annotated[Path, typer.Option(help="rendered prompts: prepare dir, JSONL or stage dir")],
-    k: Annotated[int, typer.Option(help="draft tokens per verify step (chain)")] = 3,
-    temperature: Annotated[float, typer.Option()] = 0.0,
-    max_new_tokens: Annotated[int, typer.Option()] = 256,
-    limit: Annotated[int | None, typer.Option(help="prompts per dataset")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json")] = None,
-) -> None:
-    """Acceptance length per dataset by lossless speculative decoding."""
+@_user_errors
+@schema_flags(
+    EvalConfig,
+    "target",
+    "drafter",
+    "input",
+    "backend",
+    Flag("urls", "--url"),
+    "vllm_python",
+    "k",
+    "topk",
+    "num_draft_tokens",
+    "temperature",
+    "max_new_tokens",
+    "limit",
+    "baseline",
+    Flag("json_out", "--json"),
+    "trust_remote_code",
+)
+def eval_cmd(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+    """Acceptance length per dataset: offline (lossless speculative decoding) or served."""
     import json
 
+    from eyas.config import build_config
     from eyas.evaluate.run import run_eval
 
-    result = run_eval(target, drafter, input, k, temperature, max_new_tokens, limit)
+    cfg = build_config(EvalConfig, config, flags, set_)
+    result = run_eval(cfg, log=console.print)
+    settings = result["settings"]
+    shape = (
+        f"chain K={cfg.k}"
+        if settings["decoding"] == "chain"
+        else f"tree depth {cfg.k}, topk {cfg.topk}, {settings['num_draft_tokens']} draft tokens"
+    )
     table = Table(
         "dataset",
         "prompts",
         "acceptance_length",
         "mean_accepted_drafts",
         "per_position",
-        title=f"eval: chain K={k}, temperature {temperature}",
+        title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}",
     )
     for name, d in result["datasets"].items():
         table.add_row(
@@ -437,21 +524,28 @@ def eval_cmd(
         )
     table.add_row(
         "all",
-        str(result["settings"]["prompts"]),
+        str(settings["prompts"]),
         f"{result['acceptance_length']:.3f}",
         f"{result['mean_accepted_drafts']:.3f}",
         " ".join(f"{p:.2f}" for p in result["per_position"]),
     )
     console.print(table)
     console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if result.get("throughput"):
+        console.print(f"throughput: {result['throughput']}")
+    if cfg.json_out:
+        cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.json_out.write_text(json.dumps(result, indent=2) + "\n")
     if result["lossless"] is False:
         console.print(f"[red]NOT LOSSLESS[/]: {result['lossless_mismatches'][:5]}")
         raise typer.Exit(1)
 
 
+# -- quickstart / toy ----------------------------------------------------------------------------
+
+
 @app.command()
+@_user_errors
 def quickstart(
     out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/quickstart"),
     rows: Annotated[int, typer.Option(help="source rows per toy dataset")] = 60,
@@ -460,11 +554,14 @@ def quickstart(
     from eyas.quickstart import run_quickstart
 
     result = run_quickstart(out, rows, console=console)
-    if result["native_errors"] or not result["naive_tool_format"] or not result["lossless"]:
+    if result["failures"]:
+        for failure in result["failures"]:
+            console.print(f"[bold red]quickstart check failed:[/] {failure}")
         raise typer.Exit(1)
 
 
 @toy_app.command("build")
+@_user_errors
 def toy_build(
     preset: Annotated[
         str, typer.Option(help="tiny (tests, ~1 min) | small (quickstart)")
@@ -494,6 +591,7 @@ def toy_build(
 
 
 @toy_app.command("datasets")
+@_user_errors
 def toy_datasets(
     out: Annotated[Path, typer.Option(help="output directory")],
     rows: Annotated[int, typer.Option(help="rows per dataset")] = 200,

@@ -32,10 +32,12 @@ from eyas.config import (
     PipelineConfig,
     RunConfig,
 )
-from eyas.generate.run import options_from_config, prepare, run_generate
+from eyas.generate.prepare import prepare
+from eyas.generate.run import run_generate
 from eyas.records import Conversation
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
+from eyas.store import load_table, quarantine_path, read_quarantine, write_quarantine
 from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, write_datasets
 from eyas.toy.naive import naive_glaive_messages
@@ -117,11 +119,13 @@ def _eval_html(evals: dict[str, dict], ab: dict[str, dict]) -> str:
     )
 
 
-def _b1_only(stage: Path, out: Path) -> Path:
-    from eyas.audit.data import load_table
-
+def _b1_only(stage: Path, out: Path, skip: set[str]) -> Path:
     table = load_table(stage)
-    keep = [i for i in range(len(table)) if table.dataset[i].startswith("b1_glaive")]
+    keep = [
+        i
+        for i in range(len(table))
+        if table.dataset[i].startswith("b1_glaive") and table.ids[i] not in skip
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as f:
         for i in keep:
@@ -139,7 +143,7 @@ def run_quickstart(
     eval_limit: int = 10,
     k: int = 3,
 ) -> dict:
-    from eyas.config import TrainConfig
+    from eyas.config import EvalConfig, TrainConfig
     from eyas.evaluate.run import run_eval
     from eyas.export.drafter import export_drafter
     from eyas.export.validate import check_export
@@ -162,19 +166,21 @@ def run_quickstart(
     renderer = Renderer(model_dir)
     say("3/8 prepare (convert + native render) and generate (in-process backend)")
     summary = prepare(cfg, renderer)
-    run_generate(options_from_config(cfg), renderer, model_dir)
+    run_generate(cfg, renderer, show_progress=False)
     eval_cfg = _config(out, model_dir, eval_sources, max_new_tokens)
     eval_cfg.run.name = "eval"
     prepare(eval_cfg, renderer)
-    say("4/8 audit")
-    native = run_audit(cfg.stage_dir("generate"), model_dir, AuditOptions())
+    say("4/8 audit (per-sample defects are quarantined; training skips them)")
+    native_stage = cfg.stage_dir("generate")
+    native = run_audit(native_stage, model_dir, AuditOptions())
+    write_quarantine(quarantine_path(native_stage), native.quarantine)
     (out / "native" / "audit.json").write_text(json.dumps(native.to_dict(), indent=2))
     say("5/8 the naive B1 rendering: tool schemas pasted into the system prompt")
     naive_dir = naive_b1(cfg.stage_dir("prepare"), renderer, out / "naive_b1" / "prepare")
-    naive_opts = options_from_config(cfg)
-    naive_opts.input, naive_opts.out = naive_dir, out / "naive_b1" / "generate"
-    run_generate(naive_opts, renderer, model_dir)
-    naive = run_audit(naive_opts.out, model_dir, AuditOptions())
+    naive_cfg = cfg.model_copy(deep=True)
+    naive_cfg.generate.input, naive_cfg.generate.out = naive_dir, out / "naive_b1" / "generate"
+    run_generate(naive_cfg, renderer, show_progress=False)
+    naive = run_audit(naive_cfg.generate.out, model_dir, AuditOptions())
     naive_report = write_html(naive, out / "naive_b1" / "audit.html")
 
     def train(data: Path, name: str, steps: int) -> Path:
@@ -209,31 +215,37 @@ def run_quickstart(
         check_export(export_drafter(drafter, fmt, out / "export" / fmt))
     say(f"    exported and validated: {out / 'export'}")
     say("7/8 eval: acceptance length per dataset on held-out natively rendered prompts")
-    evals = {
-        "native": run_eval(
-            model_dir,
-            drafter,
-            eval_cfg.stage_dir("prepare"),
+
+    def evaluate(drafter_dir: Path, prompts: Path, limit: int | None) -> dict:
+        ecfg = EvalConfig(
+            target=model_dir,
+            drafter=drafter_dir,
+            input=prompts,
             k=k,
             max_new_tokens=160,
-            limit=eval_limit,
+            limit=limit,
         )
-    }
+        return run_eval(ecfg, log=lambda s: None)
+
+    evals = {"native": evaluate(drafter, eval_cfg.stage_dir("prepare"), eval_limit)}
     say("8/8 the A/B: B1 drafters trained on native vs naive rendering, eval on native prompts")
     ab = {}
     b1_eval = eval_cfg.stage_dir("prepare") / "rendered" / "b1_glaive.jsonl"
-    for name, stage in (("b1_native", cfg.stage_dir("generate")), ("b1_naive", naive_opts.out)):
-        data = _b1_only(stage, out / "drafters" / f"{name}.samples.jsonl")
-        path = train(data, name, ab_steps)
-        ab[name] = run_eval(model_dir, path, b1_eval, k=k, max_new_tokens=160)
+    quarantined = set(read_quarantine(quarantine_path(native_stage)))
+    for name, stage in (("b1_native", native_stage), ("b1_naive", naive_cfg.generate.out)):
+        # The naive data is quarantined whole by the audit; this experiment trains on it on
+        # purpose, to show what such data does to a drafter.
+        skip = quarantined if name == "b1_native" else set()
+        data = _b1_only(stage, out / "drafters" / f"{name}.samples.jsonl", skip)
+        ab[name] = evaluate(train(data, name, ab_steps), b1_eval, None)
     report = write_html(native, out / "report.html", _eval_html(evals, ab))
     (out / "eval.json").write_text(json.dumps({"native": evals["native"], "ab": ab}, indent=2))
 
     table = Table(
         "dataset",
         "samples",
-        "audit errors",
-        "warnings",
+        "quarantined",
+        "systemic errors",
         "acceptance_length",
         "per position",
         title=f"quickstart: native rendering (chain K={k}, T=0)",
@@ -245,28 +257,27 @@ def run_quickstart(
         table.add_row(
             name,
             str(d["samples"]),
-            str(sum(f.severity == "error" for f in fs)),
-            str(sum(f.severity == "warning" for f in fs)),
+            f"{d['quarantined_share']:.1%}",
+            str(sum(f.severity == "error" and f.systemic for f in fs)),
             f"{e.get('acceptance_length', 0):.3f}",
             " ".join(f"{p:.2f}" for p in e.get("per_position", [])),
         )
     table.add_row(
         "all",
         str(len(native.table)),
+        str(len(native.quarantine)),
         str(native.num_errors),
-        "",
         f"{evals['native']['acceptance_length']:.3f}",
         " ".join(f"{p:.2f}" for p in evals["native"]["per_position"]),
     )
     console.print(table)
-    tool_format = [f for f in naive.findings if f.check == "tool-format" and f.severity == "error"]
+    naive_checks = sorted({f.check for f in naive.findings if f.severity == "error" and f.systemic})
     console.print(
-        f"audit: native run {'[green]PASS[/]' if native.num_errors == 0 else '[red]FAIL[/]'} "
-        f"({native.num_errors} errors); naive B1 run "
-        f"{'[red]FAIL[/]' if naive.num_errors else '[green]PASS[/]'} on "
-        f"{sorted({f.check for f in naive.findings if f.severity == 'error'})} "
-        f"({sum(f.count for f in tool_format)} tool-format hits)"
+        f"audit: native run {native.verdict} ({native.num_errors} systemic errors, "
+        f"{len(native.quarantine)} samples quarantined); naive B1 run {naive.verdict} on "
+        f"{naive_checks}"
     )
+    margin = ab["b1_native"]["acceptance_length"] - ab["b1_naive"]["acceptance_length"]
     console.print(
         f"B1 A/B on native prompts: drafter trained on native data AL "
         f"{ab['b1_native']['acceptance_length']:.3f} vs naive data AL "
@@ -275,11 +286,14 @@ def run_quickstart(
     console.print(
         f"lossless: {evals['native']['lossless']}   report: {report}   naive audit: {naive_report}"
     )
-    say("done")
+    failures = quickstart_failures(native, naive, margin, evals, ab)
+    say("done" if not failures else f"done, {len(failures)} check(s) failed")
     return {
-        "native_errors": native.num_errors,
-        "naive_errors": naive.num_errors,
-        "naive_tool_format": bool(tool_format),
+        "failures": failures,
+        "native_verdict": native.verdict,
+        "native_quarantined": len(native.quarantine),
+        "naive_verdict": naive.verdict,
+        "naive_systemic_checks": naive_checks,
         "report": str(report),
         "acceptance_length": evals["native"]["acceptance_length"],
         "lossless": evals["native"]["lossless"],
@@ -287,3 +301,27 @@ def run_quickstart(
         "model_dir": str(model_dir),
         "summary": summary,
     }
+
+
+AB_MARGIN = 0.5  # tokens per verify step; measured margins are near 2 (README)
+
+
+def quickstart_failures(native, naive, margin: float, evals: dict, ab: dict) -> list[str]:
+    """The quickstart's pass criterion is structural, not one machine's numbers: the audit
+    passes the native run (defects quarantined, none systemic) and fails the naive one on
+    tool-format, the native-trained B1 drafter beats the naive-trained one clearly, and
+    speculative decoding is lossless."""
+    failures = []
+    if native.verdict != "PASS":
+        failures.append(f"the native run's audit is {native.verdict}, not PASS")
+    if "tool-format" not in {
+        f.check for f in naive.findings if f.systemic and f.severity == "error"
+    }:
+        failures.append("the naive run was not failed on tool-format")
+    if margin < AB_MARGIN:
+        failures.append(
+            f"native-trained B1 drafter beats the naive one by {margin:.2f} < {AB_MARGIN}"
+        )
+    if not evals["native"]["lossless"] or not all(r["lossless"] for r in ab.values()):
+        failures.append("speculative decoding was not lossless")
+    return failures

@@ -18,19 +18,16 @@ from typing import Any
 
 import orjson
 
+from eyas.errors import EyasError
+
 SCHEMA_VERSION = 1
 
 ROLES = ("system", "user", "assistant", "tool")
 FINISH_REASONS = ("stop", "length", "abort")
 
 
-class RecordError(ValueError):
-    """A record is malformed; `reason` is a stable snake_case code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
+class RecordError(EyasError):
+    """A record or input is malformed or missing; `reason` is a stable snake_case code."""
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -148,7 +145,7 @@ class Sample:
     dataset: str
     prompt_ids: list[int]
     output_ids: list[int]
-    finish_reason: str
+    finish_reason: str | None  # stop | length | abort; None when the producer recorded none
     matched_stop: int | str | None = None
     messages: list[dict] = field(default_factory=list)
     tools: list[dict] = field(default_factory=list)
@@ -176,13 +173,13 @@ class Sample:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in row.items() if k in names and v is not None}
         kwargs.setdefault("dataset", "default")
-        kwargs.setdefault("finish_reason", "stop")
+        kwargs.setdefault("finish_reason", None)
         if isinstance(kwargs.get("sampling"), str):
             kwargs["sampling"] = orjson.loads(kwargs["sampling"])
         for key in ("messages", "tools"):
             if isinstance(kwargs.get(key), str):
                 kwargs[key] = orjson.loads(kwargs[key])
-        if kwargs["finish_reason"] not in FINISH_REASONS:
+        if kwargs["finish_reason"] not in (*FINISH_REASONS, None):
             raise RecordError("bad_finish_reason", f"{kwargs['finish_reason']!r}")
         return cls(**kwargs)
 

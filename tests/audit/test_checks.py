@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from audit_helpers import glaive_tool_convs, make_sample, write_jsonl
+from eyas.audit.checks import CHECKS
 
 from eyas.audit import AuditOptions, run_audit
-from eyas.audit.checks import CHECKS
 from eyas.store import SCHEMA, _to_columns
 from eyas.toy.naive import naive_glaive_messages
 

@@ -65,7 +65,7 @@ def conv(messages, tools=()):
 
 def test_worked_example_tool_round_thinking_on(kimi_dir):
     r = Renderer(kimi_dir)
-    assert r.profile.name == "kimi-k2.5" and r.supply_tools_ts
+    assert r.model_format.name == "kimi-k2.5" and r.supply_tools_ts
     out = r.render_conversation(conv(TOOL_ROUND, [WEATHER]))
     assert out.turn == 4
     assert out.prompt_text == (
@@ -130,7 +130,7 @@ def test_no_assistant_turn_renders_whole_and_none_reasoning_is_dropped(kimi_dir)
 
 def test_control_tokens_are_single_ids(kimi_dir):
     r = Renderer(kimi_dir)
-    for marker in r.profile.markers:
+    for marker in r.model_format.markers:
         assert len(r.encode(marker)) == 1, marker
 
 

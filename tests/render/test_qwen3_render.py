@@ -15,7 +15,7 @@ TOOL = {
 
 def test_qwen3_tools_calls_results_and_thinking_switch(qwen_dir):
     r = Renderer(qwen_dir, thinking=False)
-    assert r.profile.name == "qwen3" and r.template_kwargs == {"enable_thinking": False}
+    assert r.model_format.name == "qwen3" and r.template_kwargs == {"enable_thinking": False}
     messages = [
         {"role": "system", "content": "Sys"},
         {"role": "user", "content": "Q"},

@@ -40,7 +40,7 @@ def test_tiny_target_loads_without_remote_code(toy_tiny):
     for token in KIMI_SPECIAL_TOKENS:
         assert len(tok(token, add_special_tokens=False)["input_ids"]) == 1, token
     assert tok.chat_template == template_text("kimi_k25")
-    assert Renderer(toy_tiny).profile.name == "kimi-k2.5"
+    assert Renderer(toy_tiny).model_format.name == "kimi-k2.5"
     info = json.loads((toy_tiny / "toy.json").read_text())
     assert info["preset"] == "tiny" and set(info["quality"]) >= {
         "tool_call_rate",

@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eyas.config import TrainConfig
+from eyas.drafter.load import load_drafter
 from eyas.export.drafter import export_drafter
 from eyas.export.samples import export_samples
 from eyas.export.validate import ExportError, check_export
-from eyas.train.checkpoint import load_drafter
 from eyas.train.loop import Trainer, run_train
 
 

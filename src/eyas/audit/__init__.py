@@ -1,16 +1,17 @@
-"""Audit: checks over samples, a report, and a gate (exit code 1 on any error finding)."""
+"""Audit: checks over samples, per-sample verdicts with a quarantine, a report, and a gate."""
 
-from eyas.audit.checks import CHECKS
-from eyas.audit.context import AuditOptions, Finding
-from eyas.audit.data import SampleTable, load_table
+from eyas.audit.check import CHECKS, Check, Finding, Hit, Systemic
+from eyas.audit.context import AuditContext, AuditOptions
 from eyas.audit.run import AuditResult, run_audit
 
 __all__ = [
     "CHECKS",
+    "AuditContext",
     "AuditOptions",
     "AuditResult",
+    "Check",
     "Finding",
-    "SampleTable",
-    "load_table",
+    "Hit",
+    "Systemic",
     "run_audit",
 ]

@@ -15,6 +15,23 @@ from eyas.audit.run import AuditResult
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
+def _kind(f) -> str:
+    return "systemic" if f.systemic else "samples"
+
+
+def verdict_line(result: AuditResult) -> str:
+    """PASS / FAIL / INCOMPLETE with what decided it (plain text)."""
+    quarantined = len({r["id"] for r in result.quarantine})
+    if result.verdict == "FAIL":
+        return f"FAIL: {result.num_errors} systemic error(s); {quarantined} samples quarantined"
+    if result.verdict == "INCOMPLETE":
+        return (
+            f"INCOMPLETE: {len(result.skipped)} checks skipped without a tokenizer "
+            f"({', '.join(sorted(result.skipped))}); pass --model DIR"
+        )
+    return f"PASS: {quarantined} samples quarantined (training skips them)"
+
+
 def print_summary(result: AuditResult, console: Console) -> None:
     by_dataset = defaultdict(list)
     for f in result.findings:
@@ -26,8 +43,8 @@ def print_summary(result: AuditResult, console: Console) -> None:
         "output p50",
         "output p99",
         "finish",
-        "errors",
-        "warnings",
+        "quarantined",
+        "systemic errors",
         title=f"audit: {result.table.source}",
     )
     data = result.to_dict()["datasets"]
@@ -40,31 +57,30 @@ def print_summary(result: AuditResult, console: Console) -> None:
             f"{d['output'].get('median', 0):.0f}",
             f"{d['output'].get('p99', 0):.0f}",
             " ".join(f"{k}:{v}" for k, v in sorted(d["finish_reasons"].items())),
-            str(sum(f.severity == "error" for f in fs)),
-            str(sum(f.severity == "warning" for f in fs)),
+            f"{d['quarantined_share']:.1%}",
+            str(sum(f.severity == "error" and f.systemic for f in fs)),
         )
     console.print(overview)
-    table = Table("check", "severity", "dataset", "count", "message", "examples", title="findings")
-    order = {"error": 0, "warning": 1, "info": 2}
-    for f in sorted(result.findings, key=lambda f: (order[f.severity], f.dataset, f.check)):
-        if f.check == "length":
+    table = Table(
+        "check", "severity", "kind", "dataset", "count", "message", "examples", title="findings"
+    )
+    for f in result.findings:
+        if f.reason == "distribution":
             continue
         table.add_row(
             f.check,
             f"[{_STYLE[f.severity]}]{f.severity}[/]",
+            _kind(f),
             f.dataset,
             f"{f.count}/{f.total}",
             f.message,
             ", ".join(e[:12] for e in f.examples[:2]),
         )
     console.print(table)
-    verdict = (
-        "[bold green]PASS[/]"
-        if result.num_errors == 0
-        else (f"[bold red]FAIL[/]: {result.num_errors} error finding(s)")
-    )
+    style = {"PASS": "bold green", "FAIL": "bold red", "INCOMPLETE": "bold yellow"}
     console.print(
-        f"{verdict} ({len(result.table)} samples, profile {result.profile}, {result.seconds:.1f}s)"
+        f"[{style[result.verdict]}]{verdict_line(result)}[/] ({len(result.table)} samples, "
+        f"profile {result.profile}, {result.seconds:.1f}s)"
     )
 
 
@@ -103,13 +119,12 @@ def write_html(result: AuditResult, path: str | Path, extra_html: str = "") -> P
     """The report; `extra_html` (already escaped) is appended, e.g. the quickstart's eval."""
     data = result.to_dict()
     rows = []
-    order = {"error": 0, "warning": 1, "info": 2}
-    for f in sorted(result.findings, key=lambda f: (order[f.severity], f.dataset, f.check)):
-        if f.check == "length":
+    for f in result.findings:
+        if f.reason == "distribution":
             continue
         rows.append(
             f'<tr class="{f.severity}"><td>{html.escape(f.check)}</td><td>{f.severity}</td>'
-            f"<td>{html.escape(f.dataset)}</td><td>{f.count}/{f.total}</td>"
+            f"<td>{_kind(f)}</td><td>{html.escape(f.dataset)}</td><td>{f.count}/{f.total}</td>"
             f"<td>{html.escape(f.message)}</td><td><code>{'<br>'.join(html.escape(e) for e in f.examples)}"
             "</code></td></tr>"
         )
@@ -122,9 +137,10 @@ def write_html(result: AuditResult, path: str | Path, extra_html: str = "") -> P
             f"<p>output tokens (median {d['output'].get('median', 0):.0f}, p99 "
             f"{d['output'].get('p99', 0):.0f}, {d['output'].get('share_under_500', 0):.0%} under 500)"
             f"</p>{_histogram_svg(d['output'].get('histogram', {}), '#c85')}"
-            f"<p>finish reasons</p>{_finish_bars(d['finish_reasons'])}</div>"
+            f"<p>finish reasons</p>{_finish_bars(d['finish_reasons'])}"
+            f"<p>quarantined: {d['quarantined_share']:.1%}</p></div>"
         )
-    verdict = "PASS" if data["passed"] else f"FAIL: {data['errors']} error finding(s)"
+    verdict = html.escape(verdict_line(result))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>eyas audit</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:24px;color:#222}}
@@ -140,7 +156,7 @@ h1 small,h3 small{{color:#888;font-weight:normal}}
 <p><b>{verdict}</b> · {data["num_samples"]} samples · profile {html.escape(data["profile"])} ·
 eyas {data["eyas_version"]}</p>
 <h2>Datasets</h2><div class="cards">{"".join(cards)}</div>
-<h2>Findings</h2><table><tr><th>check</th><th>severity</th><th>dataset</th><th>count</th>
+<h2>Findings</h2><table><tr><th>check</th><th>severity</th><th>kind</th><th>dataset</th><th>count</th>
 <th>message</th><th>example ids</th></tr>{"".join(rows)}</table>
 {extra_html}
 </body></html>"""

@@ -1,20 +1,34 @@
-"""`eyas audit INPUT [--model DIR] [--json F] [--html F]`: run every check per dataset.
+"""`eyas audit INPUT [--model DIR] [--json F] [--html F] [--quarantine F]`: run every check on
+every dataset, quarantine the bad samples, and gate.
 
-Exit code 1 when any error-severity finding exists (the gate), 0 otherwise.
+Verdicts and exit codes:
+- PASS (0): no systemic error and every dataset's quarantined share within `--max-quarantine`;
+  per-sample errors are quarantined (training skips them) without failing the run.
+- FAIL (1): a systemic error (a template that ignores tools, a lossy backend, mismatched
+  fingerprints, a whole dataset rendered wrongly), or a dataset quarantining too much.
+- INCOMPLETE (3): checks were skipped for want of a tokenizer (pass `--model DIR`, or
+  `--allow-incomplete` to accept the partial audit).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from eyas import __version__
-from eyas.audit.checks import CHECKS, NEEDS_MODEL, NEEDS_TOKENIZER
-from eyas.audit.context import AuditContext, AuditOptions, Finding
-from eyas.audit.data import SampleTable, load_table
-from eyas.render.profiles import PROFILES, detect_profile, get_profile
+from eyas.audit import checks_data, checks_output, checks_prompt  # noqa: F401 - registration
+from eyas.audit.check import CHECKS, SEVERITY_ORDER, Finding, Hit, Systemic
+from eyas.audit.context import AuditContext, AuditOptions
+from eyas.formats import MODEL_FORMATS, get_model_format
+from eyas.store import SampleTable, load_table
+
+EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCOMPLETE": 3}
 
 
 @dataclass
@@ -22,26 +36,58 @@ class AuditResult:
     table: SampleTable
     findings: list[Finding]
     profile: str
-    skipped: list[str] = field(default_factory=list)
+    quarantine: list[dict] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # check -> what it lacked
     seconds: float = 0.0
+    max_quarantine: float = 0.05
 
     @property
     def num_errors(self) -> int:
-        return sum(f.severity == "error" for f in self.findings)
+        """Systemic error findings: these fail the gate."""
+        return sum(f.severity == "error" and f.systemic for f in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        if self.num_errors:
+            return "FAIL"
+        return "INCOMPLETE" if self.skipped else "PASS"
+
+    def exit_code(self, allow_incomplete: bool = False) -> int:
+        if self.verdict == "INCOMPLETE" and allow_incomplete:
+            return 0
+        return EXIT_CODES[self.verdict]
+
+    def quarantined_share(self) -> dict[str, float]:
+        totals = defaultdict(int)
+        for name in self.table.dataset:
+            totals[name] += 1
+        counts = defaultdict(set)
+        for row in self.quarantine:
+            counts[row["dataset"]].add(row["id"])
+        return {d: round(len(counts[d]) / n, 4) for d, n in sorted(totals.items())}
 
     def to_dict(self) -> dict[str, Any]:
         datasets = {}
+        shares = self.quarantined_share()
         for f in self.findings:
-            if f.check == "length":
-                datasets[f.dataset] = {"samples": f.total, **f.data}
+            if f.check == "length" and f.reason == "distribution":
+                datasets[f.dataset] = {
+                    "samples": f.total,
+                    "quarantined_share": shares.get(f.dataset, 0.0),
+                    **f.data,
+                }
         return {
             "eyas_version": __version__,
             "input": self.table.source,
             "profile": self.profile,
             "num_samples": len(self.table),
-            "passed": self.num_errors == 0,
+            "verdict": self.verdict,
+            "passed": self.verdict == "PASS",
             "errors": self.num_errors,
+            "sample_errors": sum(f.count for f in self.findings if f.severity == "error"),
             "warnings": sum(f.severity == "warning" for f in self.findings),
+            "quarantined": len({r["id"] for r in self.quarantine}),
+            "max_quarantine": self.max_quarantine,
             "skipped_checks": self.skipped,
             "seconds": round(self.seconds, 2),
             "datasets": datasets,
@@ -54,6 +100,81 @@ def _model_dir_from_manifest(table: SampleTable) -> Path | None:
     return Path(model_dir) if model_dir and Path(model_dir).exists() else None
 
 
+def _context(
+    table: SampleTable,
+    model_dir: str | Path | None,
+    options: AuditOptions,
+    profile: str | None,
+    trust_remote_code: bool,
+) -> AuditContext:
+    render = table.manifest.get("render") or {}
+    model = Path(model_dir) if model_dir else _model_dir_from_manifest(table)
+    if model is None:
+        fmt = get_model_format(profile or render.get("profile") or "generic")
+        # the stage manifest records the stop ids the data was generated with
+        stop_ids = set(render.get("stop_token_ids") or [])
+        return AuditContext(table, fmt, options, stop_ids=stop_ids)
+    from eyas.render.probe import probe_template
+    from eyas.render.renderer import Renderer
+
+    renderer = Renderer(model, profile, None, trust_remote_code)
+    renderer.template_kwargs = dict(render.get("template_kwargs") or renderer.template_kwargs)
+    if options.max_len is None and (model / "config.json").exists():
+        config = json.loads((model / "config.json").read_text())
+        options.max_len = config.get("max_position_embeddings")
+    return AuditContext(
+        table,
+        renderer.model_format,
+        options,
+        renderer.tokenizer,
+        renderer,
+        probe_template(renderer),
+    )
+
+
+def _aggregate(
+    ctx: AuditContext, check_name: str, dataset: str, idx: np.ndarray, items: list
+) -> list[Finding]:
+    check = CHECKS[check_name]
+    checked = len(ctx.sample_of(idx)) if check.sampled else len(idx)
+    note = f" (checked a sample of {checked} of {len(idx)})" if checked < len(idx) else ""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    findings = []
+    for item in items:
+        if isinstance(item, Systemic):
+            findings.append(
+                Finding(
+                    check_name,
+                    item.severity,
+                    item.reason,
+                    dataset,
+                    item.count,
+                    item.total or len(idx),
+                    item.examples,
+                    item.message,
+                    systemic=True,
+                    data=item.data,
+                )
+            )
+        else:
+            groups[(item.severity, item.reason)].append(item.index)
+    for (severity, reason), rows in groups.items():
+        rows = sorted(set(rows))
+        findings.append(
+            Finding(
+                check_name,
+                severity,
+                reason,
+                dataset,
+                len(rows),
+                checked,
+                [ctx.table.ids[i] for i in rows[: ctx.options.num_examples]],
+                check.reasons.get(reason, reason) + note,
+            )
+        )
+    return findings
+
+
 def run_audit(
     input: str | Path,
     model_dir: str | Path | None = None,
@@ -63,49 +184,99 @@ def run_audit(
 ) -> AuditResult:
     start = time.perf_counter()
     options = options or AuditOptions()
+    if profile is not None and profile not in MODEL_FORMATS:
+        get_model_format(profile)  # raises with the list of names
     table = load_table(input)
-    renderer = tokenizer = probe = None
-    model = Path(model_dir) if model_dir else _model_dir_from_manifest(table)
-    if model is not None:
-        from eyas.render.probe import probe_template
-        from eyas.render.renderer import Renderer
-
-        thinking = (table.manifest.get("render") or {}).get("template_kwargs") or {}
-        renderer = Renderer(model, profile, None, trust_remote_code)
-        renderer.template_kwargs = dict(thinking) or renderer.template_kwargs
-        tokenizer = renderer.tokenizer
-        prof = renderer.profile
-        probe = probe_template(renderer)
-        if options.max_len is None:
-            config = model / "config.json"
-            if config.exists():
-                import json
-
-                options.max_len = json.loads(config.read_text()).get("max_position_embeddings")
-    else:
-        prof = get_profile(profile) if profile else PROFILES["generic"]
-    if tokenizer is not None and profile is None:
-        prof = detect_profile(tokenizer) if renderer is None else renderer.profile
-    ctx = AuditContext(table, prof, options, tokenizer, renderer, probe)
-    skipped = []
-    if tokenizer is None:
-        skipped = sorted(NEEDS_TOKENIZER | NEEDS_MODEL)
+    ctx = _context(table, model_dir, options, profile, trust_remote_code)
+    skipped = {
+        name: ", ".join(sorted(n for n in check.needs if not ctx.available(n)))
+        for name, check in CHECKS.items()
+        if not all(ctx.available(n) for n in check.needs)
+    }
     findings: list[Finding] = []
+    quarantine: dict[str, dict] = {}
     for dataset, idx in table.by_dataset().items():
         for name, check in CHECKS.items():
             if name in skipped:
                 continue
-            findings.extend(check(ctx, dataset, idx))
-    for name in skipped:
+            items = list(check.run(ctx, dataset, idx))
+            findings += _aggregate(ctx, name, dataset, idx, items)
+            for hit in items:
+                if isinstance(hit, Hit) and hit.severity == "error":
+                    sid = table.ids[hit.index]
+                    quarantine.setdefault(
+                        sid,
+                        {
+                            "id": sid,
+                            "dataset": dataset,
+                            "check": name,
+                            "severity": "error",
+                            "reason": hit.reason,
+                        },
+                    )
+        findings += _gate(table, dataset, idx, findings, quarantine, options)
+    for name, lacking in skipped.items():
         findings.append(
             Finding(
                 name,
                 "info",
+                "skipped",
                 "*",
                 0,
                 len(table),
                 [],
-                "skipped: needs the model's tokenizer (pass --model DIR)",
+                f"skipped: needs {lacking} (pass --model DIR)",
+                systemic=True,
             )
         )
-    return AuditResult(table, findings, prof.name, skipped, time.perf_counter() - start)
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.dataset, f.check, f.reason))
+    result = AuditResult(
+        table,
+        findings,
+        ctx.model_format.name,
+        list(quarantine.values()),
+        skipped,
+        time.perf_counter() - start,
+        options.max_quarantine,
+    )
+    return result
+
+
+def _gate(
+    table: SampleTable,
+    dataset: str,
+    idx: np.ndarray,
+    findings: list[Finding],
+    quarantine: dict[str, dict],
+    options: AuditOptions,
+) -> list[Finding]:
+    """A dataset quarantining more than `max_quarantine` of its samples is not a few bad
+    generations but a systematic fault: promote it to a systemic error, named after the checks
+    that quarantined the most."""
+    rows = [r for r in quarantine.values() if r["dataset"] == dataset]
+    share = len(rows) / max(1, len(idx))
+    if share <= options.max_quarantine:
+        return []
+    by_check = defaultdict(int)
+    for r in rows:
+        by_check[r["check"]] += 1
+    out = []
+    for check, n in sorted(by_check.items(), key=lambda kv: -kv[1]):
+        if n / len(idx) <= options.max_quarantine and out:
+            continue
+        reasons = sorted({f.reason for f in findings if f.check == check and f.dataset == dataset})
+        out.append(
+            Finding(
+                check,
+                "error",
+                "quarantine_share",
+                dataset,
+                n,
+                len(idx),
+                [r["id"] for r in rows if r["check"] == check][: options.num_examples],
+                f"{n / len(idx):.0%} of {dataset} quarantined by {check} ({', '.join(reasons)}): "
+                f"over the {options.max_quarantine:.0%} limit, the whole dataset is suspect",
+                systemic=True,
+            )
+        )
+    return out

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.text import Text
 
-from eyas.audit.data import SampleTable
+from eyas.store import SampleTable
 
 
 def _tokens(

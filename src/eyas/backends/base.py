@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import aiohttp
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GenRequest:
     """One prompt to complete. `prompt_ids` is the truth; `messages`/`tools` only serve the
     lossy chat backend and provenance."""

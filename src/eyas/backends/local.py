@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eyas.backends.base import Generation, GenRequest
+from eyas.backends.base import BackendError, Generation, GenRequest
 from eyas.backends.hf_generate import generate_batch
 from eyas.hf_models import load_frozen_lm
 
@@ -55,36 +55,58 @@ class LocalBackend:
                 key = (req.max_new_tokens, tuple(sorted(req.sampling.items())))
                 groups.setdefault(key, []).append(item)
             for items in groups.values():
-                req0 = items[0][0]
-                start = time.perf_counter()
-                try:
-                    outs = await asyncio.to_thread(
-                        generate_batch,
-                        self.model,
-                        [r.prompt_ids for r, _ in items],
-                        self.stop_token_ids,
-                        req0.max_new_tokens,
-                        self.pad_token_id,
-                        float(req0.sampling.get("temperature") or 0.0),
-                        float(req0.sampling.get("top_p") or 1.0),
-                        req0.sampling.get("seed"),
+                await self._run_group(items)
+
+    async def _run_group(self, items: list) -> None:
+        """Generate one batch; an out-of-memory error retries it as two halves, and any other
+        failure fails these requests as a BackendError (the run goes on)."""
+        req0 = items[0][0]
+        start = time.perf_counter()
+        try:
+            outs = await asyncio.to_thread(
+                generate_batch,
+                self.model,
+                [r.prompt_ids for r, _ in items],
+                self.stop_token_ids,
+                req0.max_new_tokens,
+                self.pad_token_id,
+                float(req0.sampling.get("temperature") or 0.0),
+                float(req0.sampling.get("top_p") or 1.0),
+                req0.sampling.get("seed"),
+            )
+        except Exception as exc:
+            if _out_of_memory(exc) and len(items) > 1:
+                self._release_memory()
+                half = len(items) // 2
+                await self._run_group(items[:half])
+                await self._run_group(items[half:])
+                return
+            error = BackendError(
+                "local_out_of_memory" if _out_of_memory(exc) else "local_error",
+                f"{type(exc).__name__}: {exc}",
+                retryable=False,
+            )
+            for _, fut in items:
+                if not fut.done():
+                    fut.set_exception(error)
+            return
+        elapsed = time.perf_counter() - start
+        for (_, fut), out in zip(items, outs):
+            if not fut.done():
+                fut.set_result(
+                    Generation(
+                        out.output_ids,
+                        out.finish_reason,
+                        out.matched_stop,
+                        {"latency_s": elapsed, "batch": len(items)},
                     )
-                except Exception as exc:  # the model failed: fail these requests, keep serving
-                    for _, fut in items:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                elapsed = time.perf_counter() - start
-                for (_, fut), out in zip(items, outs):
-                    if not fut.done():
-                        fut.set_result(
-                            Generation(
-                                out.output_ids,
-                                out.finish_reason,
-                                out.matched_stop,
-                                {"latency_s": elapsed, "batch": len(items)},
-                            )
-                        )
+                )
+
+    def _release_memory(self) -> None:
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
 
     async def generate(self, request: GenRequest) -> Generation:
         if self._queue is None:
@@ -100,3 +122,9 @@ class LocalBackend:
     async def close(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()

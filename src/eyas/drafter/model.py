@@ -41,6 +41,8 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     head_dim: int = 0  # derived when 0
     target_num_layers: int = 0
+    # speculators' option: the residual stream starts from hidden_norm(fused) instead of fused
+    norm_before_residual: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -131,6 +133,7 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: DrafterConfig):
         super().__init__()
+        self.norm_before_residual = cfg.norm_before_residual
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
@@ -139,8 +142,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, embeds, hidden, positions, cache):
         # embeds, hidden: [B, T, H]; the residual stream is the fused/previous hidden state
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)  # [B, T, 2H]
-        h = hidden + self.self_attn(x, positions, cache)
+        normed = self.hidden_norm(hidden)
+        x = torch.cat([self.input_layernorm(embeds), normed], -1)  # [B, T, 2H]
+        residual = normed if self.norm_before_residual else hidden
+        h = residual + self.self_attn(x, positions, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -156,6 +161,7 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self._register_load_state_dict_pre_hook(_speculators_names)
 
     def draft_to_target(self) -> torch.Tensor:
         """Target id of each draft id: [Dv]."""
@@ -188,3 +194,10 @@ class Eagle3Drafter(nn.Module):
             logits, hidden = self.step(ids_k, hidden, positions, cache)
             logits_per_step.append(logits)
         return logits_per_step
+
+
+def _speculators_names(state_dict: dict, prefix: str, *args) -> None:
+    """speculators checkpoints name the decoder layer `layers.0.`; SGLang's (and eyas's) name
+    it `midlayer.`. The hook renames on load, so `forward` never sees the difference."""
+    for key in [k for k in state_dict if k.startswith(prefix + "layers.0.")]:
+        state_dict[prefix + "midlayer." + key[len(prefix + "layers.0.") :]] = state_dict.pop(key)

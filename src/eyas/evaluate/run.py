@@ -1,129 +1,63 @@
-"""`eyas eval`: acceptance length per dataset by lossless speculative decoding.
+"""`eyas eval`: acceptance length per dataset, offline or inside a serving engine.
 
     eyas eval --target MODEL_DIR --drafter runs/x/drafter --input runs/x/prepare --k 3 \\
         [--temperature 0] [--max-new-tokens 256] [--limit 50] [--json eval.json]
+    eyas eval ... --topk 4 --num-draft-tokens 8          # tree drafts (offline)
+    eyas eval ... --backend vllm --vllm-python PY         # inside vLLM (starts a server)
+    eyas eval ... --backend sglang --url http://h:30000   # a served SGLang with the drafter
 
-Prompts are the rendered `prompt_ids` (chat-formatted by the target's own template;
-anchors.md #57), from a prepare/render output or a generate stage. At temperature 0 every
-output is compared with target-only greedy decoding; any mismatch makes `lossless` false.
-Settings (K, chain, temperature, batch size 1) are reported with every number (anchors.md #56).
+Offline (`local`) evaluation runs lossless speculative decoding with the target and the
+drafter in this process; served backends read the engine's own acceptance counters. At
+temperature 0 every output is compared with the target's greedy decoding; any mismatch makes
+`lossless` false (exit 1). Settings are reported with every number.
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import orjson
-import torch
-
 from eyas import __version__
-from eyas.evaluate.metrics import acceptance_metrics
-from eyas.evaluate.speculative import greedy_reference, speculative_decode
-from eyas.hf_models import load_frozen_lm
-from eyas.train.checkpoint import load_drafter
+from eyas.config import EvalConfig
+from eyas.evaluate.prompts import load_prompts
+
+METRIC = (
+    "acceptance_length = tokens per target verify step, bonus included (SGLang definition; "
+    "prefill token excluded)"
+)
 
 
-def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
-    """(id, dataset, prompt_ids) from rendered JSONL / a prepare dir / a generate stage."""
-    path = Path(path)
-    rows: list[dict] = []
-    if (path.is_dir() and list(path.glob("part-*.parquet"))) or path.suffix == ".parquet":
-        from eyas.audit.data import load_table
+def run_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    prompts = load_prompts(cfg.input, cfg.limit)
+    if not prompts:
+        from eyas.errors import EyasError
 
-        table = load_table(path)
-        rows = [
-            {
-                "id": table.ids[i],
-                "dataset": table.dataset[i],
-                "prompt_ids": table.prompt.row(i).tolist(),
-            }
-            for i in range(len(table))
-        ]
+        raise EyasError("no_input", f"no prompts in {cfg.input}")
+    if cfg.backend == "local":
+        from eyas.evaluate.offline import evaluate_offline
+
+        result = evaluate_offline(cfg, prompts, log)
+    elif cfg.backend == "vllm":
+        from eyas.evaluate.served import evaluate_vllm
+
+        result = evaluate_vllm(cfg, prompts, log)
     else:
-        from eyas.generate.run import rendered_files
+        from eyas.evaluate.served import evaluate_sglang
 
-        for file in rendered_files(path):
-            for line in file.read_bytes().splitlines():
-                if line.strip():
-                    r = orjson.loads(line)
-                    rows.append(
-                        {"id": r["id"], "dataset": r["dataset"], "prompt_ids": r["prompt_ids"]}
-                    )
-    if limit:
-        per: dict[str, int] = defaultdict(int)
-        kept = []
-        for r in rows:
-            if per[r["dataset"]] < limit:
-                per[r["dataset"]] += 1
-                kept.append(r)
-        rows = kept
-    return rows
-
-
-def run_eval(
-    target_dir: str | Path,
-    drafter_dir: str | Path,
-    input: str | Path,
-    k: int = 3,
-    temperature: float = 0.0,
-    max_new_tokens: int = 256,
-    limit: int | None = None,
-    seed: int = 0,
-    progress=None,
-) -> dict[str, Any]:
-    from eyas.render.renderer import Renderer
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    target = load_frozen_lm(target_dir, device, torch.float32)
-    drafter = load_drafter(drafter_dir, device).eval()
-    aux = drafter.config.aux_layer_ids
-    stop = set(Renderer(target_dir).stop_token_ids())
-    prompts = load_prompts(input, limit)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"accepted": [], "produced": []})
-    mismatches: list[str] = []
-    start = time.time()
-    for n, p in enumerate(prompts):
-        res = speculative_decode(
-            target, drafter, p["prompt_ids"], k, max_new_tokens, stop, aux, temperature, gen
-        )
-        per_ds[p["dataset"]]["accepted"] += res.accepted
-        per_ds[p["dataset"]]["produced"] += res.produced
-        if temperature == 0 and res.tokens != greedy_reference(
-            target, p["prompt_ids"], max_new_tokens, stop
-        ):
-            mismatches.append(p["id"])
-        if progress:
-            progress(n + 1, len(prompts))
-    all_acc = [a for d in per_ds.values() for a in d["accepted"]]
-    all_prod = [x for d in per_ds.values() for x in d["produced"]]
-    return {
-        **acceptance_metrics(all_acc, all_prod, k),
-        "lossless": not mismatches if temperature == 0 else None,
-        "lossless_mismatches": mismatches,
-        "datasets": {
-            name: {
-                **acceptance_metrics(d["accepted"], d["produced"], k),
-                "prompts": sum(1 for p in prompts if p["dataset"] == name),
-            }
-            for name, d in sorted(per_ds.items())
-        },
-        "settings": {
-            "k": k,
-            "decoding": "chain",
-            "topk": 1,
-            "temperature": temperature,
-            "batch_size": 1,
-            "max_new_tokens": max_new_tokens,
-            "prompts": len(prompts),
-            "metric": "acceptance_length = tokens per target verify step, bonus "
-            "included (SGLang definition; prefill token excluded)",
-        },
-        "target": str(target_dir),
-        "drafter": str(drafter_dir),
-        "eyas_version": __version__,
-        "seconds": round(time.time() - start, 2),
+        result = evaluate_sglang(cfg, prompts, log)
+    result["settings"] = {
+        "backend": cfg.backend,
+        "k": cfg.k,
+        "decoding": "chain" if cfg.topk == 1 else "tree",
+        "topk": cfg.topk,
+        "num_draft_tokens": cfg.num_draft_tokens or cfg.k,
+        "temperature": cfg.temperature,
+        "batch_size": result.pop("batch_size", 1),
+        "max_new_tokens": cfg.max_new_tokens,
+        "prompts": len(prompts),
+        "metric": METRIC,
     }
+    result.update(
+        {"target": str(cfg.target), "drafter": str(cfg.drafter), "eyas_version": __version__}
+    )
+    return result

@@ -75,7 +75,8 @@ def draft_forward(
     total = cache.k.shape[2]
     mask = torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
     out = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=mask)
-    h = hidden + attn.o_proj(out.transpose(1, 2).reshape(1, t, -1))
+    residual = layer.hidden_norm(hidden) if layer.norm_before_residual else hidden
+    h = residual + attn.o_proj(out.transpose(1, 2).reshape(1, t, -1))
     h = h + layer.mlp(layer.post_attention_layernorm(h))
     return model.lm_head(model.norm(h)), h
 
@@ -103,8 +104,27 @@ def speculative_decode(
     aux_layers: list[int],
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    topk: int = 1,
+    num_draft_tokens: int | None = None,
 ) -> DecodeResult:
-    """Chain speculative decoding of one prompt; `target` is a HF causal LM."""
+    """Chain speculative decoding of one prompt; `target` is a HF causal LM. With `topk` > 1
+    the drafts form a tree (see `tree_decode`)."""
+    if topk > 1:
+        from eyas.evaluate.tree import tree_decode
+
+        return tree_decode(
+            target,
+            drafter,
+            prompt_ids,
+            k,
+            topk,
+            num_draft_tokens or k,
+            max_new_tokens,
+            stop_ids,
+            aux_layers,
+            temperature,
+            generator,
+        )
     from transformers import DynamicCache
 
     device = next(drafter.parameters()).device

@@ -1,6 +1,7 @@
 """Export a trained drafter for SGLang (`LlamaForCausalLMEagle3`) and vLLM (speculators).
 
     eyas export drafter --checkpoint runs/x/drafter --format sglang --out exports/sglang
+    eyas export drafter --checkpoint runs/x/drafter --step 400 --format vllm --out exports/s400
     eyas export drafter --checkpoint runs/x/drafter --format vllm --out exports/vllm
     eyas export check exports/sglang --target /models/Kimi-K2.5
 
@@ -16,9 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from eyas import __version__
+from eyas.drafter.load import load_drafter, resolve_drafter_dir
+from eyas.errors import EyasError
 
 EXPORT_FORMATS = ("sglang", "vllm")
 
@@ -74,7 +77,7 @@ def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int
         "speculators_version": "0.9.0",
         "transformer_layer_config": _llama_fields(d, target),
         "draft_vocab_size": d["draft_vocab_size"],
-        "norm_before_residual": False,
+        "norm_before_residual": d.get("norm_before_residual", False),
         "target_hidden_size": d["target_hidden_size"],
         "eagle_aux_hidden_state_layer_ids": d["aux_layer_ids"],
         "speculators_config": {
@@ -92,45 +95,67 @@ def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int
     }
 
 
+def _provenance(folder: Path) -> dict[str, Any]:
+    """What eyas recorded about a drafter: its training config (eyas drafter dirs) or its
+    earlier export (exported dirs)."""
+    if (folder / "drafter_config.json").exists():
+        d = json.loads((folder / "drafter_config.json").read_text())
+        data = d.get("data") or {}
+        return {
+            "target_dir": d.get("target_dir"),
+            "training_p99_len": data.get("p99_len"),
+            "training_max_len": data.get("max_len_seen"),
+        }
+    if (folder / "eyas_export.json").exists():
+        return json.loads((folder / "eyas_export.json").read_text())
+    return {}
+
+
 def export_drafter(
     checkpoint: str | Path,
     fmt: str,
     out: str | Path,
     target_dir: str | Path | None = None,
     speculative_tokens: int = 3,
+    step: int | None = None,
 ) -> Path:
-    """Write `config.json` and `model.safetensors` for `fmt`; the validator runs after."""
+    """Write `config.json` and `model.safetensors` for `fmt`; the validator runs after.
+
+    `checkpoint` is anything `load_drafter` reads: an `eyas train --out` dir (or one of its
+    checkpoints with `step`), eyas's drafter dir, or an SGLang/speculators export.
+    """
+    import torch
+
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"format is one of {EXPORT_FORMATS}")
-    checkpoint, out = Path(checkpoint), Path(out)
-    d = json.loads((checkpoint / "drafter_config.json").read_text())
-    target_path = Path(target_dir or d.get("target_dir") or "")
+        raise EyasError("bad_flag", f"--format is one of {EXPORT_FORMATS}, not {fmt!r}")
+    folder = resolve_drafter_dir(checkpoint, step)
+    meta = _provenance(folder)
+    target_path = Path(target_dir or meta.get("target_dir") or "")
+    model = load_drafter(folder, "cpu", target_dir=target_dir or meta.get("target_dir"))
+    d = model.config.to_dict()
     target = _target_config(target_path)
-    weights = load_file(str(checkpoint / "model.safetensors"))
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "sglang":
         config = sglang_config(d, target)
     else:
         config = vllm_config(d, target, str(target_path), speculative_tokens)
     # bf16 for the float weights as servers load them; d2t/t2d keep their integer/bool types.
-    import torch
-
     tensors = {
         k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
-        for k, v in weights.items()
+        for k, v in model.state_dict().items()
     }
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    data = d.get("data") or {}
     (out / "eyas_export.json").write_text(
         json.dumps(
             {
                 "format": fmt,
                 "eyas_version": __version__,
-                "source_checkpoint": str(checkpoint),
+                "source_checkpoint": str(folder),
                 "target_dir": str(target_path),
-                "training_p99_len": data.get("p99_len"),
-                "training_max_len": data.get("max_len_seen"),
+                "training_p99_len": meta.get("training_p99_len"),
+                "training_max_len": meta.get("training_max_len"),
             },
             indent=2,
         )

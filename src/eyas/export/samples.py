@@ -15,31 +15,38 @@ from pathlib import Path
 
 import orjson
 
-from eyas.audit.data import load_table
+from eyas.store import load_table, quarantined_ids, select_trainable
 
 SAMPLE_FORMATS = ("specforge", "speculators")
 
 
 def export_samples(
-    input: str | Path, fmt: str, out: str | Path, include_truncated: bool = False
+    input: str | Path,
+    fmt: str,
+    out: str | Path,
+    include_truncated: bool = False,
+    quarantine: str | Path | None = None,
+    include_quarantined: bool = False,
 ) -> dict:
+    """Write the samples that would train (the store's one rule, quarantine honoured)."""
     if fmt not in SAMPLE_FORMATS:
         raise ValueError(f"format is one of {SAMPLE_FORMATS}")
     table = load_table(input)
+    quarantined, quarantine_file = quarantined_ids(input, quarantine, include_quarantined)
+    keep, skipped = select_trainable(table, include_truncated, quarantined)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    written, skipped = 0, {"finish_length": 0, "finish_abort": 0}
     with out.open("wb") as f:
-        for i in range(len(table)):
-            finish = table.finish_reason[i]
-            if finish == "abort" or (finish == "length" and not include_truncated):
-                skipped[f"finish_{finish}"] += 1
-                continue
+        for i in keep:
             prompt, output = table.prompt.row(i).tolist(), table.output.row(i).tolist()
-            mask = [0] * len(prompt) + [int(m) for m in table.supervised(i).tolist()]
+            mask = [0] * len(prompt) + table.supervised(i).astype(int).tolist()
             row = {"id": table.ids[i], "input_ids": prompt + output, "loss_mask": mask}
             if fmt == "speculators":
                 row["dataset"] = table.dataset[i]
             f.write(orjson.dumps(row) + b"\n")
-            written += 1
-    return {"written": written, "skipped": skipped, "out": str(out)}
+    return {
+        "written": len(keep),
+        "skipped": dict(skipped),
+        "quarantine": str(quarantine_file) if quarantine_file else None,
+        "out": str(out),
+    }

@@ -12,34 +12,29 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
 
+from eyas.errors import RefusedError
+from eyas.hf_models import EMBEDDING_NAMES, load_named_tensors
 
-class ExportError(ValueError):
+
+class ExportError(RefusedError):
     def __init__(self, problems: list[str]):
-        super().__init__("invalid export:\n  " + "\n  ".join(problems))
+        super().__init__("invalid_export", "invalid export:\n  " + "\n  ".join(problems))
         self.problems = problems
 
 
 def _target_embedding(target_dir: Path) -> torch.Tensor | None:
-    files = sorted(target_dir.glob("*.safetensors"))
-    for f in files:
-        with safe_open(str(f), "pt") as st:
-            for key in (
-                "model.embed_tokens.weight",
-                "embed_tokens.weight",
-                "language_model.model.embed_tokens.weight",
-            ):
-                if key in st.keys():  # noqa: SIM118 - safe_open has no __contains__
-                    return st.get_tensor(key)
-    return None
+    found, _ = load_named_tensors(target_dir, {"embed": EMBEDDING_NAMES})
+    return found.get("embed")
 
 
 def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict:
     """Return a summary, or raise ExportError listing every problem found."""
     path = Path(path)
     problems: list[str] = []
+    if not path.is_dir():
+        raise ExportError([f"{path} is not a directory"])
     if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
         raise ExportError([f"{path} needs config.json and model.safetensors"])
     cfg = json.loads((path / "config.json").read_text())
@@ -113,13 +108,15 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
     )
     if tcfg and aux:
         depth = tcfg.get("num_hidden_layers")
-        if any(not 1 <= i <= depth for i in aux):
-            problems.append(f"aux layer ids {aux} outside the target's depth 1..{depth}")
+        # HF's last hidden state is after the final norm, the engines' before it: an id of
+        # `depth` means different tensors in training and serving, so it is refused.
+        if any(not 1 <= i <= depth - 1 for i in aux):
+            problems.append(f"aux layer ids {aux} outside 1..{depth - 1} (target depth {depth})")
         if tcfg.get("vocab_size") not in (None, v):
             problems.append(f"vocab_size {v} != target's {tcfg.get('vocab_size')}")
         if tcfg.get("hidden_size") not in (None, ht):
             problems.append(f"target_hidden_size {ht} != target's {tcfg.get('hidden_size')}")
-    embedding = _target_embedding(target) if target.is_dir() else None
+    embedding = _target_embedding(target) if (target / "config.json").exists() else None
     if embedding is not None and "embed_tokens.weight" in weights:
         mine = weights["embed_tokens.weight"]
         if mine.shape != embedding.shape or not torch.equal(mine, embedding.to(mine.dtype)):

@@ -24,23 +24,9 @@ import orjson
 
 from eyas.backends.base import Backend, BackendError, Generation, GenRequest
 from eyas.config import RetryConfig
+from eyas.generate.jobs import Job
 from eyas.records import RequestError, Sample
 from eyas.store import ShardWriter
-
-
-@dataclass
-class Job:
-    """One conversation to regenerate: a single prompt (`last`) or every turn (`all`)."""
-
-    id: str
-    dataset: str
-    messages: list[dict]
-    tools: list[dict]
-    prompt_ids: list[int]
-    turn: int
-    max_new_tokens: int
-    sampling: dict[str, Any]
-    multi_turn: str = "last"
 
 
 @dataclass
@@ -88,6 +74,7 @@ class JobFailed(Exception):
 class Engine:
     def __init__(
         self,
+        *,
         backends: list[Backend],
         writer: ShardWriter,
         errors: IO[bytes],
@@ -97,6 +84,7 @@ class Engine:
         multi_turn: Callable[[Engine, Job], Any] | None = None,
         on_progress: Callable[[Stats], None] | None = None,
     ):
+        self.backends = backends
         self.servers = [_Server(b) for b in backends]
         self.writer = writer
         self.errors = errors
@@ -164,12 +152,12 @@ class Engine:
 
     async def _single(self, job: Job) -> list[Sample]:
         req = GenRequest(
-            job.id,
-            job.prompt_ids,
-            job.max_new_tokens,
-            job.sampling,
-            job.messages[: job.turn] if job.turn >= 0 else job.messages,
-            job.tools,
+            id=job.id,
+            prompt_ids=job.prompt_ids,
+            max_new_tokens=job.max_new_tokens,
+            sampling=job.sampling,
+            messages=job.messages[: job.turn] if job.turn >= 0 else job.messages,
+            tools=job.tools,
         )
         gen, attempts = await self.request(req)
         return [self.sample_from(job, req, gen, attempts, self.servers[0].backend.name)]

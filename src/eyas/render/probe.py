@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eyas.errors import RefusedError
 from eyas.render.renderer import Renderer
 
 _USER = "PROBE_USER_7f3a"
@@ -34,30 +35,24 @@ def _common_prefix_len(a: str, b: str) -> int:
     return n
 
 
-class TemplateProbeError(ValueError):
+class TemplateProbeError(RefusedError):
     """The template cannot be used (for example it ignores tools); `reason` is stable."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def _declaration_style(renderer: Renderer, with_tools: str, without: str) -> tuple[str, str]:
-    """('typescript'|'json'|'other', the text the tools added)."""
-    prefix = with_tools[: _common_prefix_len(with_tools, without)]
-    added = with_tools[len(prefix) :]
-    if without and with_tools.endswith(without[len(prefix) :]):
-        added = with_tools[len(prefix) : len(with_tools) - len(without) + len(prefix)]
-    body = added
-    marker = "tool_declare<|im_middle|>"
-    if marker in added:
-        body = added.split(marker, 1)[1]
+    """('typescript'|'json'|'other', the declaration the tools added)."""
+    fmt = renderer.model_format
+    body = fmt.declaration_body(fmt.split_turns(with_tools))
+    if body is None:  # the format cannot find its own declaration: take what the tools added
+        prefix = with_tools[: _common_prefix_len(with_tools, without)]
+        body = with_tools[len(prefix) :]
+        if without and with_tools.endswith(without[len(prefix) :]):
+            body = with_tools[len(prefix) : len(with_tools) - len(without) + len(prefix)]
     if "namespace functions" in body and "type probe_lookup_7f3a" in body:
-        return "typescript", added
+        return "typescript", body
     if '"name":"probe_lookup_7f3a"' in body.replace(" ", ""):
-        return "json", added
-    return "other", added
+        return "json", body
+    return "other", body
 
 
 def probe_template(renderer: Renderer) -> dict[str, Any]:
@@ -67,29 +62,22 @@ def probe_template(renderer: Renderer) -> dict[str, Any]:
     with_tools = renderer.render_text(user, [PROBE_TOOL], add_generation_prompt=True)
     tools_native = with_tools != plain and "probe_lookup_7f3a" in with_tools
     style, declaration = (
-        _declaration_style(renderer, with_tools, plain)
-        if tools_native
-        else (
-            "ignored",
-            "",
-        )
+        _declaration_style(renderer, with_tools, plain) if tools_native else ("ignored", "")
     )
-    expected = renderer.profile.declaration_prefix
-    declaration_ok = bool(tools_native) and (
-        renderer.profile.declaration == "any" or (expected is not None and expected in declaration)
-    )
+    # The declaration must be the form this model family was trained on.
+    expected = renderer.model_format.declaration_prefix
+    declaration_ok = tools_native and (expected is None or expected in with_tools)
 
-    # Default system prompt: what precedes the user header when no system message is given.
+    # Default system prompt: the text that stands where the source's system prompt would,
+    # when no system message is given (a prompt opening such as a BOS is common to both).
     with_system = renderer.render_text(
         [{"role": "system", "content": _SYSTEM}, *user], None, add_generation_prompt=True
     )
     a = plain[: plain.index(_USER)]
     b = with_system[: with_system.index(_USER)]
-    header_len = _common_prefix_len(a[::-1], b[::-1])
-    injected = a[: len(a) - header_len]
-    bos = renderer.tokenizer.bos_token or ""
-    if bos and injected.startswith(bos):
-        injected = injected[len(bos) :]
+    head = _common_prefix_len(a, b)
+    tail = _common_prefix_len(a[head:][::-1], b[head:][::-1])
+    injected = a[head : len(a) - tail]
     system_kept = _SYSTEM in with_system
 
     no_gen = renderer.render_text(user, None, add_generation_prompt=False)
@@ -138,7 +126,7 @@ def probe_template(renderer: Renderer) -> dict[str, Any]:
         "generation_suffix": suffix,
         "prefix_stable": stable,
     }
-    key = renderer.profile.thinking_key
+    key = renderer.model_format.thinking_key
     if key:
         on = renderer.render_text(user, None, add_generation_prompt=True, **{key: True})
         off = renderer.render_text(user, None, add_generation_prompt=True, **{key: False})
@@ -155,7 +143,7 @@ def require_native_tools(probe: dict[str, Any], renderer: Renderer) -> None:
     if not probe["declaration_matches_profile"]:
         raise TemplateProbeError(
             "wrong_tool_declaration",
-            f"profile {renderer.profile.name} expects a declaration starting "
-            f"{renderer.profile.declaration_prefix!r}; template produced "
+            f"profile {renderer.model_format.name} expects a declaration starting "
+            f"{renderer.model_format.declaration_prefix!r}; template produced "
             f"{probe['declaration_head']!r}",
         )

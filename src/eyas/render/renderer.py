@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
+from eyas.errors import EyasError
+from eyas.formats import ModelFormat, detect_model_format, get_model_format
 from eyas.records import Conversation
-from eyas.render.normalize import normalize_messages
-from eyas.render.profiles import Profile, detect_profile, get_profile
 from eyas.render.template import PROBE_TOOLS, DirectTemplate
 from eyas.tools.schema import deep_sort
 from eyas.tools.typescript import encode_tools_typescript
@@ -34,13 +34,8 @@ _TOKENIZER_FILES = (
 )
 
 
-class RenderError(ValueError):
+class RenderError(EyasError):
     """A conversation or template cannot be rendered; `reason` is a stable code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def load_tokenizer(model_dir: str | Path, trust_remote_code: bool = False) -> Any:
@@ -85,8 +80,9 @@ class Renderer:
 
     Args:
         model_dir: local model (or tokenizer) directory.
-        profile: profile name; detected from the tokenizer when None.
-        thinking: the profile's thinking switch; None leaves the template default.
+        profile: the model format's name (`eyas.formats`); detected from the tokenizer when
+            None.
+        thinking: the format's thinking switch; None leaves the template default.
         trust_remote_code: passed to transformers only when the user asks (Kimi needs it).
     """
 
@@ -102,9 +98,11 @@ class Renderer:
         self.tokenizer = tokenizer or load_tokenizer(model_dir, trust_remote_code)
         if not self.tokenizer.chat_template:
             raise RenderError("no_chat_template", f"{model_dir} has no chat template")
-        self.profile: Profile = get_profile(profile) if profile else detect_profile(self.tokenizer)
+        self.model_format: ModelFormat = (
+            get_model_format(profile) if profile else detect_model_format(self.tokenizer)
+        )
         self.thinking = thinking
-        self.template_kwargs = self.profile.thinking_kwargs(thinking)
+        self.template_kwargs = self.model_format.thinking_kwargs(thinking)
         # A tokenizer class that overrides apply_chat_template (Moonshot's TikTokenTokenizer)
         # builds tools_ts_str itself; a plain fast tokenizer needs eyas to supply it.
         from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -180,14 +178,17 @@ class Renderer:
         key = orjson.dumps([self.supply_tools_ts, tools], option=orjson.OPT_SORT_KEYS)
         hit = self._tools_cache.get(key)
         if hit is None:
-            prepared = deep_sort(tools) if self.profile.tool_call_ids == "kimi" else tools
+            prepared = deep_sort(tools) if self.model_format.sorts_tools else tools
             ts = None
             if self.supply_tools_ts:
                 try:
                     ts = encode_tools_typescript(prepared)
-                except (ValueError, KeyError, TypeError) as exc:
-                    # The official tokenizer would fall back to JSON silently; eyas refuses.
-                    raise RenderError("unencodable_tools", f"TypeScript encoder: {exc}") from exc
+                except Exception as exc:
+                    # Where the official encoder fails, its tokenizer declares the tools as
+                    # JSON, which the model was not trained on; eyas rejects the row instead.
+                    raise RenderError(
+                        "tool_declaration_fallback", f"TypeScript encoder: {exc}"
+                    ) from exc
             hit = (prepared, ts)
             if len(self._tools_cache) < 4096:
                 self._tools_cache[key] = hit
@@ -220,17 +221,13 @@ class Renderer:
         return ids
 
     def stop_token_ids(self) -> list[int]:
-        vocab = self.tokenizer.get_vocab()
-        ids = [vocab[t] for t in self.profile.stop_tokens if t in vocab]
-        if not ids and self.tokenizer.eos_token_id is not None:
-            ids = [self.tokenizer.eos_token_id]
-        return ids
+        return self.model_format.stop_token_ids(self.tokenizer)
 
     # -- conversations ---------------------------------------------------------------------
 
     def prepare_messages(self, messages: list[dict]) -> tuple[list[dict], list[str]]:
-        """Profile normalisation (ids, None reasoning, name labels) on a copy."""
-        return normalize_messages(messages, self.profile)
+        """The format's normalisation (ids, None reasoning, labels, argument types) on a copy."""
+        return self.model_format.normalize_messages(messages)
 
     def prepare(self, conv: Conversation) -> tuple[list[dict], list[str]]:
         return self.prepare_messages(conv.messages)
@@ -243,6 +240,15 @@ class Renderer:
         if not history:
             raise RenderError("empty_prompt", "nothing precedes the assistant turn")
         text = self.render_text(history, tools, add_generation_prompt=True)
+        expected = self.model_format.declaration_prefix
+        if tools and expected and expected not in text:
+            # The tokenizer fell back to another declaration form (Moonshot's prints "Failed to
+            # convert tools to TypeScript style" and renders JSON): off-distribution prompt.
+            raise RenderError(
+                "tool_declaration_fallback",
+                f"the rendered prompt does not declare the tools as {self.model_format.name} "
+                f"does ({expected!r})",
+            )
         return RenderedPrompt(self.encode(text), text, turn, notes)
 
     def render_conversation(self, conv: Conversation) -> RenderedPrompt:
@@ -255,7 +261,7 @@ class Renderer:
         """Render provenance for manifests."""
         return {
             "model_dir": str(self.model_dir),
-            "profile": self.profile.name,
+            "profile": self.model_format.name,
             "tokenizer_class": type(self.tokenizer).__name__,
             "tokenizer_sha256": self.fingerprint,
             "template_sha256": self.template_sha256,

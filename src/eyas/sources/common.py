@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eyas.errors import EyasError
 from eyas.records import RecordError
 from eyas.tools.schema import ToolParseError, declared_names, make_tool_call, parse_loose_json
 
 
-class ConversionError(ValueError):
+class ConversionError(EyasError):
     """A source row cannot be converted; `reason` is a stable snake_case code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
     @classmethod
     def wrap(cls, exc: ToolParseError | RecordError) -> ConversionError:

@@ -9,11 +9,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eyas.errors import EyasError
 from eyas.sources.common import ConversionError
 
 
-class SourceFileError(ValueError):
+class SourceFileError(EyasError):
     """The input file itself cannot be read (not one bad row: the whole file)."""
+
+    def __init__(self, detail: str):
+        super().__init__("bad_source_file", detail)
 
 
 def _arrow_rows(table: pa.Table) -> Iterator[dict]:

@@ -7,14 +7,11 @@ import json
 import re
 from typing import Any
 
+from eyas.errors import EyasError
 
-class ToolParseError(ValueError):
+
+class ToolParseError(EyasError):
     """A tool definition or call could not be parsed; `reason` is a stable code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def deep_sort(obj: Any) -> Any:

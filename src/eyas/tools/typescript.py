@@ -1,32 +1,41 @@
-"""Kimi-K2.5 `tools_ts_str`: tool schemas as TypeScript declarations (formats.md §2.9).
+"""Kimi-K2.5 `tools_ts_str`: tool schemas as TypeScript declarations (docs/formats.md,
+"TypeScript tool declarations").
 
-The K2.5 tokenizer's `apply_chat_template` deep-sorts `tools` and passes this string to the
-template, which puts it in the `tool_declare` turn. Rules, in brief:
+The K2.5 tokenizer's `apply_chat_template` deep-sorts `tools`, encodes them with its
+`tool_declaration_ts.py` and passes the string to the template's `tool_declare` turn; when that
+encoder raises, the tokenizer prints "Failed to convert tools to TypeScript style" and the
+template declares the tools as JSON instead. eyas supplies the same string when it renders with
+a fast-tokenizer conversion, so this encoder must produce the official bytes where the official
+one succeeds and raise `ValueError` exactly where it raises. It therefore works in the same two
+phases: a schema is first parsed into a tree (which registers `$defs` and resolves `$ref`s in
+parse order, and validates enums), then the tree is written out.
+
+Rules, in brief:
 - whole string: `# Tools\\n\\n## functions\\nnamespace functions {\\n` + functions joined by
   `\\n` + `\\n}\\n`; no function tools -> "".
-- per function: `// description` lines, then `type NAME = (_: PARAMS) => any;`; `$defs` become
-  `interface X {...}` blocks placed before the description.
+- per function: `$defs` as `interface X {...}` blocks (in registration order), then the
+  description as `// ` lines, then `type NAME = (_: PARAMS) => any;`.
 - objects: required fields first, then optional (`name?:`), each group sorted by name; two
-  spaces of indent per level.
+  spaces of indent per level; `additionalProperties` adds `[k: string]: T`.
 - comments above a field: description, one constraints line (`key: value`, sorted),
-  `// Default: ...` (JSON for str/objects, Python repr for numbers and booleans).
-- integer -> number; enum -> union of literals; list `type` -> union; anyOf -> ` | `;
-  `{}`/true -> any; false -> null; missing array items -> Array<any>.
+  `// Default: ...` (JSON for strings and objects, Python repr for numbers and booleans).
+- integer -> number; enum -> union of literals (values must match a declared type); list
+  `type` -> union; anyOf -> ` | `; `{}`/true -> any; false -> null; missing items -> any.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from eyas.tools.schema import deep_sort
 
 _INDENT = "  "
-_CONSTRAINT_KEYS = {
+_SCALAR_CONSTRAINTS = {
     "string": ("maxLength", "minLength", "pattern"),
     "number": ("maximum", "minimum"),
     "integer": ("maximum", "minimum"),
-    "array": ("maxItems", "minItems"),
 }
 _UNION_NAMES = {
     "string": "string",
@@ -37,25 +46,12 @@ _UNION_NAMES = {
     "object": "{}",
     "array": "Array<any>",
 }
-
-
-class _Defs:
-    """`$defs` seen while encoding one function, and whether `$ref: "#"` was used."""
-
-    def __init__(self) -> None:
-        self.definitions: dict[str, Any] = {}
-        self.self_ref = False
-
-    def ref_name(self, ref: str) -> str:
-        if ref == "#":
-            self.self_ref = True
-            return "parameters"
-        if ref.startswith("#/$defs/"):
-            name = ref.split("/")[-1]
-            if name not in self.definitions:
-                raise ValueError(f"reference not found: {ref}")
-            return name
-        raise ValueError(f"unsupported reference: {ref}")
+_ENUM_CHECKS = {
+    "string": str,
+    "number": (int, float),
+    "integer": int,
+    "boolean": bool,
+}
 
 
 def _comment(text: str, indent: str) -> str:
@@ -63,142 +59,275 @@ def _comment(text: str, indent: str) -> str:
     return "\n".join(f"{indent}// {line}" if line else "" for line in text.split("\n"))
 
 
-def _kind(schema: Any) -> str:
-    if isinstance(schema, bool):
-        return "scalar"
-    if "$ref" in schema:
-        return "ref"
-    if "anyOf" in schema:
-        return "anyOf"
-    if "enum" in schema:
-        return "enum"
-    if "type" in schema:
-        t = schema["type"]
-        if isinstance(t, list):
-            return "union"
-        return t if t in ("object", "array") else "scalar"
-    if schema == {}:
-        return "scalar"
-    raise ValueError(f"invalid JSON Schema object: {schema}")
+class _Registry:
+    """`$defs` of one function, in registration order, and whether `$ref: "#"` was used."""
+
+    def __init__(self) -> None:
+        self.definitions: dict[str, Any] = {}
+        self.self_ref = False
+
+    def resolve(self, ref: str) -> str:
+        if ref == "#":
+            self.self_ref = True
+            return "parameters"
+        if ref.startswith("#/$defs/"):
+            name = ref.split("/")[-1]
+            if name not in self.definitions:
+                raise ValueError(f"Reference not found: {ref}")
+            return name
+        raise ValueError(f"Unsupported reference format: {ref}")
 
 
-def _docstring(schema: Any, indent: str) -> str:
-    """Description and constraint comment lines for a type, each ending in a newline."""
-    if isinstance(schema, bool):
-        return ""
-    lines = []
-    if schema.get("description"):
-        lines.append(_comment(schema["description"], indent))
-    kind = _kind(schema)
-    allowed: tuple[str, ...] = ()
-    if kind == "scalar":
-        allowed = _CONSTRAINT_KEYS.get(schema.get("type", ""), ())
-    elif kind == "array":
-        allowed = _CONSTRAINT_KEYS["array"]
-    constraints = sorted((k, schema[k]) for k in allowed if k in schema)
-    if constraints:
-        lines.append(f"{indent}// " + ", ".join(f"{k}: {v}" for k, v in constraints))
-    return "".join(line + "\n" for line in lines)
+@dataclass
+class _Type:
+    """A parsed schema node: its description, its constraints and how it is written."""
+
+    description: Any = ""
+    constraints: dict[str, Any] = field(default_factory=dict)
+
+    def docstring(self, indent: str) -> str:
+        lines = []
+        if self.description:
+            lines.append(_comment(self.description, indent))
+        if self.constraints:
+            pairs = ", ".join(f"{k}: {v}" for k, v in sorted(self.constraints.items()))
+            lines.append(f"{indent}// {pairs}")
+        return "".join(line + "\n" for line in lines)
+
+    def write(self, indent: str) -> str:
+        raise NotImplementedError
 
 
-def _type(schema: Any, indent: str, defs: _Defs) -> str:
-    if isinstance(schema, bool):
-        return "any" if schema else "null"
-    kind = _kind(schema)
-    if kind == "ref":
-        return defs.ref_name(schema["$ref"])
-    if kind == "anyOf":
-        return " | ".join(_type(s, indent, defs) for s in schema["anyOf"])
-    if kind == "enum":
-        return " | ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in schema["enum"])
-    if kind == "union":
-        return " | ".join(_UNION_NAMES[t] for t in schema["type"])
-    if kind == "object":
-        return _object(schema, indent, defs)
-    if kind == "array":
-        items = schema.get("items") or {}
-        item_doc = _docstring(items, indent + _INDENT)
-        if item_doc:
-            inner = _type(items, indent + _INDENT, defs)
-            return f"Array<\n{item_doc}{indent}{_INDENT}{inner}\n{indent}>"
-        return f"Array<{_type(items, indent, defs)}>"
-    if schema == {}:
-        return "any"
-    t = schema["type"]
-    return "number" if t == "integer" else t
+def _described(schema: dict, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "description": schema.get("description", ""),
+        "constraints": {k: v for k, v in schema.items() if k in keys},
+    }
 
 
-def _field(name: str, schema: Any, optional: bool, indent: str, defs: _Defs) -> str:
-    text = _docstring(schema, indent)
-    default = schema.get("default") if isinstance(schema, dict) else None
-    if default is not None:
-        shown = (
-            repr(default)
-            if isinstance(default, (bool, int, float))
-            else json.dumps(default, ensure_ascii=False)
-        )
-        text += f"{indent}// Default: {shown}\n"
-    mark = "?" if optional else ""
-    return f"{text}{indent}{name}{mark}: {_type(schema, indent, defs)}"
+@dataclass
+class _Scalar(_Type):
+    name: str = "any"
+
+    def write(self, indent: str) -> str:
+        return "number" if self.name == "integer" else self.name
 
 
-def _object(schema: dict, indent: str, defs: _Defs) -> str:
-    if "$defs" in schema:
-        defs.definitions.update(schema["$defs"])
-    props = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
-    names = sorted(n for n in props if n in required) + sorted(
-        n for n in props if n not in required
-    )
-    fields = [_field(n, props[n], n not in required, indent + _INDENT, defs) for n in names]
-    extra = schema.get("additionalProperties")
-    if extra is not None:
-        if extra is True:
-            extra_type = "any"
-        elif extra is False:
-            extra_type = "never"
+@dataclass
+class _Literals(_Type):
+    values: list = field(default_factory=list)
+
+    def write(self, indent: str) -> str:
+        return " | ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in self.values)
+
+
+@dataclass
+class _Joined(_Type):
+    """anyOf members, or a list-valued `type` (names already mapped)."""
+
+    members: list = field(default_factory=list)
+
+    def write(self, indent: str) -> str:
+        return " | ".join(m if isinstance(m, str) else m.write(indent) for m in self.members)
+
+
+@dataclass
+class _Ref(_Type):
+    name: str = ""
+
+    def write(self, indent: str) -> str:
+        return self.name
+
+
+@dataclass
+class _Field:
+    name: str
+    type: _Type
+    optional: bool
+    default: Any = None
+
+    def write(self, indent: str) -> str:
+        text = self.type.docstring(indent)
+        if self.default is not None:
+            shown = (
+                repr(self.default)
+                if isinstance(self.default, (int, float, bool))
+                else json.dumps(self.default, ensure_ascii=False)
+            )
+            text += f"{indent}// Default: {shown}\n"
+        mark = "?" if self.optional else ""
+        return f"{text}{indent}{self.name}{mark}: {self.type.write(indent)}"
+
+
+@dataclass
+class _Object(_Type):
+    fields: list[_Field] = field(default_factory=list)
+    extra: Any = None  # additionalProperties: None, a bool, a parsed type, or anything else
+
+    def write(self, indent: str) -> str:
+        required = sorted((f for f in self.fields if not f.optional), key=lambda f: f.name)
+        optional = sorted((f for f in self.fields if f.optional), key=lambda f: f.name)
+        lines = [f.write(indent + _INDENT) for f in required + optional]
+        if self.extra is not None:
+            if self.extra is True:
+                extra = "any"
+            elif self.extra is False:
+                extra = "never"
+            elif isinstance(self.extra, _Type):
+                extra = self.extra.write(indent + _INDENT)
+            else:
+                raise ValueError(f"Unknown additionalProperties: {self.extra}")
+            lines.append(f"{indent}{_INDENT}[k: string]: {extra}")
+        if not lines:
+            return "{}"
+        return "{\n" + ",\n".join(lines) + f"\n{indent}}}"
+
+
+@dataclass
+class _Array(_Type):
+    item: _Type = field(default_factory=_Scalar)
+
+    def write(self, indent: str) -> str:
+        doc = self.item.docstring(indent + _INDENT)
+        if doc:
+            inner = self.item.write(indent + _INDENT)
+            return f"Array<\n{doc}{indent}{_INDENT}{inner}\n{indent}>"
+        return f"Array<{self.item.write(indent)}>"
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+
+def _check_enum(schema: dict) -> None:
+    """Enum values must be of the declared type (`None` always passes)."""
+    if "type" not in schema:
+        return
+    kind = schema["type"]
+    if isinstance(kind, list):
+        if len(kind) == 1:
+            kind = kind[0]
+        elif len(kind) == 2 and "null" in kind:
+            kind = kind[0] if kind[0] != "null" else kind[1]
         else:
-            extra_type = _type(extra, indent + _INDENT, defs)
-        fields.append(f"{indent}{_INDENT}[k: string]: {extra_type}")
-    if not fields:
-        return "{}"
-    return "{\n" + ",\n".join(fields) + f"\n{indent}}}"
+            raise ValueError(f"Enum type {kind} is not supported")
+    check = _ENUM_CHECKS.get(kind) if isinstance(kind, str) else None
+    for value in schema["enum"]:
+        if value is not None and check is not None and not isinstance(value, check):
+            raise ValueError(f"Enum value {value} is not a {kind}")
+
+
+def _parse_object(schema: Any, registry: _Registry) -> _Object:
+    node = _Object(description=schema.get("description", ""))
+    if not schema:
+        return node
+    defs = schema.get("$defs")
+    if defs:
+        if not isinstance(defs, dict):
+            raise ValueError(f"$defs is not an object: {defs!r}")
+        registry.definitions.update(defs)
+    extra = schema.get("additionalProperties")
+    node.extra = _parse(extra, registry) if isinstance(extra, dict) else extra
+    if "properties" not in schema:
+        return node
+    optional = set(schema["properties"]) - set(schema.get("required", []))
+    node.fields = [
+        _Field(
+            name,
+            _parse(prop, registry),
+            name in optional,
+            prop.get("default") if isinstance(prop, dict) else None,
+        )
+        for name, prop in schema["properties"].items()
+    ]
+    return node
+
+
+def _parse(schema: Any, registry: _Registry) -> _Type:
+    if isinstance(schema, bool):
+        return _Scalar(name="any" if schema else "null")
+    if not isinstance(schema, dict):
+        raise ValueError(f"Invalid JSON Schema object: {schema!r}")
+    if "$ref" in schema:
+        return _Ref(**_described(schema), name=registry.resolve(schema["$ref"]))
+    if "anyOf" in schema:
+        return _Joined(**_described(schema), members=[_parse(s, registry) for s in schema["anyOf"]])
+    if "enum" in schema:
+        _check_enum(schema)
+        return _Literals(**_described(schema), values=list(schema["enum"]))
+    if "type" in schema:
+        kind = schema["type"]
+        if isinstance(kind, list):
+            try:
+                names = [_UNION_NAMES[k] for k in kind]
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"unsupported type in union: {kind}") from exc
+            return _Joined(**_described(schema), members=names)
+        if kind == "object":
+            return _parse_object(schema, registry)
+        if kind == "array":
+            items = schema.get("items")
+            node = _Array(**_described(schema, ("maxItems", "minItems")))
+            if items:
+                node.item = _parse(items, registry)
+            return node
+        if not isinstance(kind, str):
+            raise ValueError(f"Invalid JSON Schema type: {kind!r}")
+        return _Scalar(**_described(schema, _SCALAR_CONSTRAINTS.get(kind, ())), name=kind)
+    if schema == {}:
+        return _Scalar()
+    raise ValueError(f"Invalid JSON Schema object: {schema}")
+
+
+# -- writing -----------------------------------------------------------------------------------
 
 
 def _function(fn: dict) -> str:
-    defs = _Defs()
+    registry = _Registry()
     params = fn.get("parameters") or {}
-    body = _object(params, "", defs) if params else "{}"
+    if not isinstance(params, dict):
+        raise ValueError(f"parameters is not an object: {params!r}")
+    root = _parse_object(params, registry)
     blocks = []
-    if defs.self_ref:
-        props = params.get("properties") or {}
-        required = set(params.get("required") or [])
-        fields = [_field(n, s, n not in required, _INDENT, defs) for n, s in props.items()]
-        inner = "\n" + ",\n".join(fields) + "\n" if fields else ""
-        blocks.append(f"interface parameters {{{inner}}}")
-        body = "parameters"
-    for name, schema in list(defs.definitions.items()):
-        desc = schema.get("description", "") if isinstance(schema, dict) else ""
-        prefix = _comment(desc, "") + "\n" if desc else ""
-        blocks.append(f"{prefix}interface {name} {_type(schema, '', defs)}")
-    parts = ["\n".join(blocks)] if blocks else []
-    if fn.get("description"):
-        parts.append(_comment(fn["description"], ""))
-    parts.append(f"type {fn.get('name', 'function')} = (_: {body}) => any;")
-    return "\n".join(parts)
+    self_ref = registry.self_ref  # a `#` ref met only inside a definition does not count
+    if self_ref:
+        # The root interface keeps the source order and leaves out additionalProperties.
+        fields = ",\n".join(f.write(_INDENT) for f in root.fields)
+        inner = "\n" + fields + "\n" if fields else ""
+        blocks.append("interface parameters {" + inner + "}")
+    # Definitions registered while parsing the parameters; ones registered only while
+    # parsing a definition are not written (the official encoder works on a snapshot).
+    for name, schema in dict(registry.definitions).items():
+        body = _parse(schema, registry).write("")
+        if not isinstance(schema, dict):
+            raise ValueError(f"$defs entry {name} is not an object")
+        desc = schema.get("description", "")
+        head = _comment(desc, "") + "\n" if desc else ""
+        blocks.append(f"{head}interface {name} {body}")
+    signature = "parameters" if self_ref else root.write("")
+    description = fn.get("description")
+    parts = [
+        "\n".join(blocks),
+        (description and _comment(description, "")) or "",
+        f"type {fn.get('name', 'function')} = (_: {signature}) => any;",
+    ]
+    return "\n".join(p for p in parts if p)
 
 
 def encode_tools_typescript(tools: list[dict]) -> str:
     """Encode OpenAI tools as the K2.5 `tool_declare` body; "" when there is no function tool.
 
-    Raises ValueError for schemas the encoder cannot express (the real tokenizer then falls
-    back to JSON silently; eyas surfaces the error instead).
+    Raises ValueError (or TypeError/AttributeError on a malformed tool object) wherever the
+    official encoder raises, i.e. wherever Moonshot's tokenizer would fall back to JSON.
     """
-    functions = [
-        _function(t["function"])
-        for t in deep_sort(tools or [])
-        if t.get("type") == "function" and t.get("function")
-    ]
+    functions = []
+    for tool in deep_sort(tools or []):
+        if not isinstance(tool, dict):
+            raise ValueError(f"tool is not an object: {tool!r}")
+        fn = tool.get("function", {}) if tool.get("type") == "function" else None
+        if fn:
+            if not isinstance(fn, dict):
+                raise ValueError(f"function is not an object: {fn!r}")
+            functions.append(_function(fn))
     if not functions:
         return ""
     return "# Tools\n\n## functions\nnamespace functions {\n" + "\n".join(functions) + "\n}\n"

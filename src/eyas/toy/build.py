@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from eyas.formats import get_model_format
 from eyas.records import Conversation
 from eyas.render.renderer import Renderer, last_assistant_index
 from eyas.sources import convert_rows
@@ -29,9 +30,10 @@ from eyas.tools.typescript import encode_tools_typescript
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.naive import naive_glaive_messages
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
-from eyas.toy.train import PRESETS, build_examples, completion_text, train_model
+from eyas.toy.train import PRESETS, build_examples, train_model
 
 BUILD_VERSION = 3
+KIMI = get_model_format("kimi-k2.5")  # the toy target's format
 HELDOUT_PER_FAMILY = 40
 QUALITY_MAX_NEW_TOKENS = 128
 AUX_LAYERS = {"tiny": [1, 2, 3], "small": [1, 2, 4]}
@@ -91,7 +93,7 @@ def _corpus(conversations: list[Conversation]) -> list[str]:
             texts.append(json.dumps(conv.tools, separators=(",", ":")))
         for m in conv.messages:
             texts += [m.get("content") or "", m.get("reasoning_content") or ""]
-            texts += [completion_text(m)] if m.get("tool_calls") else []
+            texts += [KIMI.completion_text(m)] if m.get("tool_calls") else []
     return texts
 
 
@@ -124,8 +126,8 @@ def tool_prompt_turn(conv: Conversation) -> int:
 
 def quality_report(model, renderer: Renderer, heldout: list[Conversation]) -> dict:
     """Held-out greedy checks: native tool calls on tool families, `<|im_end|>` on chat."""
+
     from eyas.backends.hf_generate import generate_batch
-    from eyas.tools.parse import parse_kimi_output
 
     kinds = {f.name: f.kind for f in FAMILIES}
     stop = renderer.stop_token_ids()
@@ -138,7 +140,7 @@ def quality_report(model, renderer: Renderer, heldout: list[Conversation]) -> di
             outs += generate_batch(model, prompts[k : k + 16], stop, QUALITY_MAX_NEW_TOKENS, pad)
         good = 0
         for out, (_, names) in zip(outs, prompts_and_tools):
-            parsed = parse_kimi_output(out.output_ids, renderer.tokenizer)
+            parsed = renderer.model_format.parse_output(out.output_ids, renderer.tokenizer)
             good += (
                 bool(parsed.calls)
                 and all(c.name in names and c.valid_json for c in parsed.calls)
@@ -219,7 +221,7 @@ def _build_into(tmp: Path, preset: str, seed: int, log: Callable[[str], None]) -
         "preset": preset,
         "seed": seed,
         "build_version": BUILD_VERSION,
-        "profile": renderer.profile.name,
+        "profile": renderer.model_format.name,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "aux_layers": AUX_LAYERS[preset],
         "training": figures,

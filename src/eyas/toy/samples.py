@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from eyas.records import Conversation, Sample
 from eyas.render.renderer import Renderer, last_assistant_index
-from eyas.toy.train import completion_text
 
 
 def reference_sample(
@@ -21,7 +20,8 @@ def reference_sample(
     prepared, _ = renderer.prepare_messages(messages)
     turn = last_assistant_index(prepared)
     prompt = renderer.encode(renderer.render_text(prepared[:turn], tools))
-    output = renderer.encode(completion_text(prepared[turn]))
+    thinking = renderer.thinking is not False
+    output = renderer.encode(renderer.model_format.completion_text(prepared[turn], thinking))
     return Sample(
         id=conv.id,
         dataset=conv.dataset,

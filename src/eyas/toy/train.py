@@ -40,21 +40,6 @@ PRESETS = {
 }
 
 
-def completion_text(msg: dict) -> str:
-    """What a K2.5-style model emits after a `<think>` generation prompt."""
-    text = (msg.get("reasoning_content") or "") + "</think>" + (msg.get("content") or "")
-    calls = msg.get("tool_calls") or []
-    if calls:
-        text += "<|tool_calls_section_begin|>"
-        for c in calls:
-            text += (
-                f"<|tool_call_begin|>{c['id']}<|tool_call_argument_begin|>"
-                f"{c['function']['arguments']}<|tool_call_end|>"
-            )
-        text += "<|tool_calls_section_end|>"
-    return text + "<|im_end|>"
-
-
 def build_examples(
     renderer: Any, conversations: list, rng: random.Random
 ) -> list[tuple[list[int], int]]:
@@ -69,9 +54,7 @@ def build_examples(
             prompt = renderer.render_text(
                 messages[:i], conv.tools, add_generation_prompt=True, thinking=not off
             )
-            completion = completion_text(msg)
-            if off:
-                completion = completion.split("</think>", 1)[1]
+            completion = renderer.model_format.completion_text(msg, thinking=not off)
             prompt_ids = renderer.encode(prompt)
             examples.append((prompt_ids + renderer.encode(completion), len(prompt_ids)))
     return examples

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.model import Eagle3Drafter
 
 
 def _trainable_names(model) -> list[str]:
@@ -86,16 +86,6 @@ def save_drafter(
     (out / "drafter_config.json").write_text(
         json.dumps({**model.config.to_dict(), **extra}, indent=2) + "\n"
     )
-
-
-def load_drafter(path: str | Path, device: str = "cpu") -> Eagle3Drafter:
-    path = Path(path)
-    raw = json.loads((path / "drafter_config.json").read_text())
-    fields = DrafterConfig.__dataclass_fields__
-    cfg = DrafterConfig(**{k: v for k, v in raw.items() if k in fields})
-    model = Eagle3Drafter(cfg)
-    model.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
-    return model.to(device)
 
 
 def save_checkpoint(

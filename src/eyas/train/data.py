@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eyas.audit.data import load_table
+from eyas.errors import EyasError
+from eyas.store import load_table, select_trainable
 
 
 @dataclass
@@ -49,31 +50,25 @@ def load_sequences(
     max_len: int,
     length_policy: str = "skip",
     include_truncated: bool = False,
+    quarantined: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[Sequence], DataReport]:
     """Every excluded sample is counted by reason; none disappears silently.
 
-    `length_policy`: `skip` drops sequences longer than `max_len` (reason `over_max_len`);
-    `truncate` keeps their first `max_len` tokens (counted in `truncated`).
-    Samples cut at max_new_tokens (`finish_reason == "length"`) are excluded unless
-    `include_truncated` (anchors.md #2); aborted samples always are.
+    Which samples train is the store's one rule (`select_trainable`: aborted, truncated or
+    quarantined samples and bad loss masks are excluded). Then `length_policy`: `skip` drops
+    sequences longer than `max_len` (reason `over_max_len`); `truncate` keeps their first
+    `max_len` tokens (counted in `truncated`).
     """
     if length_policy not in ("skip", "truncate"):
         raise ValueError("length_policy is 'skip' or 'truncate'")
     table = load_table(path)
-    report = DataReport(loaded=len(table))
+    keep, excluded = select_trainable(table, include_truncated, quarantined)
+    report = DataReport(loaded=len(table), excluded=excluded)
     out = []
-    for i in range(len(table)):
-        finish = table.finish_reason[i]
-        if finish == "abort" or (finish == "length" and not include_truncated):
-            report.excluded[f"finish_{finish}"] += 1
-            continue
+    for i in keep:
         prompt, output = table.prompt.row(i).tolist(), table.output.row(i).tolist()
-        mask = table.supervised(i).tolist()
         ids = prompt + output
-        sup = [0] * len(prompt) + [int(m) for m in mask]
-        if not any(sup):
-            report.excluded["no_supervised_tokens"] += 1
-            continue
+        sup = [0] * len(prompt) + table.supervised(i).astype(int).tolist()
         if len(ids) > max_len:
             if length_policy == "skip":
                 report.excluded["over_max_len"] += 1
@@ -109,3 +104,16 @@ def make_batches(seqs: list[Sequence], max_tokens: int, seed: int, epoch: int) -
     batches = group_by_budget(order, [len(s.ids) for s in seqs], max_tokens)
     rng.shuffle(batches)
     return batches
+
+
+def check_token_ids(seqs: list[Sequence], vocab_size: int, source) -> None:
+    """Data from another tool can hold ids the target does not have; name the sample and the
+    id instead of failing inside the embedding."""
+    for s in seqs:
+        bad = next((t for t in s.ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise EyasError(
+                "token_out_of_vocab",
+                f"sample {s.id} in {source} holds token id {bad}, outside the target's "
+                f"vocabulary of {vocab_size}: the data was made with another tokenizer",
+            )

@@ -25,6 +25,9 @@ from eyas import __version__
 from eyas.config import TrainConfig
 from eyas.drafter.model import DrafterConfig, Eagle3Drafter
 from eyas.drafter.vocab import build_vocab_mapping, token_counts
+from eyas.errors import EyasError
+from eyas.hf_models import model_config
+from eyas.store import quarantined_ids
 from eyas.train.checkpoint import (
     full_state,
     latest_checkpoint,
@@ -32,8 +35,9 @@ from eyas.train.checkpoint import (
     save_checkpoint,
     save_drafter,
 )
-from eyas.train.data import Sequence, load_sequences, make_batches
+from eyas.train.data import Sequence, check_token_ids, load_sequences, make_batches
 from eyas.train.loss import step_mask, ttt_loss
+from eyas.train.metrics import acceptance_estimate, truncate_metrics
 from eyas.train.target import TargetModel
 
 
@@ -67,17 +71,24 @@ class Trainer:
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
+        target_cfg = model_config(cfg.target)
+        self.max_len = cfg.max_len or target_cfg.get("max_position_embeddings") or 4096
+        quarantined, self.quarantine_file = quarantined_ids(
+            cfg.data, cfg.quarantine, cfg.include_quarantined
+        )
         self.seqs, self.data_report = load_sequences(
-            cfg.data, cfg.max_len, cfg.length_policy, cfg.include_truncated
+            cfg.data, self.max_len, cfg.length_policy, cfg.include_truncated, quarantined
         )
         if not self.seqs:
-            raise ValueError(
-                f"no usable training samples in {cfg.data}: {self.data_report.as_dict()}"
+            raise EyasError(
+                "no_training_data",
+                f"no usable training samples in {cfg.data}: {self.data_report.as_dict()}",
             )
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         self.target = TargetModel(
             cfg.target, cfg.aux_layers, self.device, dtype, cfg.trust_remote_code
         )
+        check_token_ids(self.seqs, self.target.vocab_size, cfg.data)
         vocab = self._vocab()
         tcfg = self.target.model.config
         dcfg = DrafterConfig(
@@ -120,6 +131,8 @@ class Trainer:
             )
             self.step, self.batches_done = state["step"], state["batches_done"]
             self.log(f"resumed from {ckpt.name} (step {self.step})")
+            if self.rank == 0:
+                truncate_metrics(cfg.out / "metrics.jsonl", self.step)
 
     @property
     def sharded(self) -> bool:
@@ -271,6 +284,9 @@ class Trainer:
         while self.step < self.cfg.steps:
             m = self._train_step()
             m["elapsed_s"] = round(time.time() - start, 3)
+            m["acceptance_estimate"] = acceptance_estimate(m["per_step_acc"])
+            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                m["checkpoint"] = True
             history.append(m)
             if self.rank == 0:
                 with metrics_path.open("a") as f:
@@ -309,7 +325,11 @@ class Trainer:
                     "target_dir": str(self.cfg.target),
                     "train_config": json.loads(self.cfg.model_dump_json()),
                     "vocab": self.vocab_info,
-                    "data": self.data_report.as_dict(),
+                    "data": {
+                        **self.data_report.as_dict(),
+                        "max_len": self.max_len,
+                        "quarantine": str(self.quarantine_file) if self.quarantine_file else None,
+                    },
                     "steps": self.step,
                 },
                 weights,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from eyas.errors import EyasError
 from eyas.hf_models import load_frozen_lm
 
 
@@ -25,6 +26,16 @@ def default_aux_layers(num_layers: int) -> list[int]:
     if len(set(ids)) != 3:
         raise ValueError(f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers")
     return ids
+
+
+def check_aux_layers(aux_layers: list[int], num_layers: int) -> None:
+    """Ids in 1..N-1: id N is post-norm in transformers but pre-norm in SGLang and vLLM, so a
+    drafter trained on it would be served a different tensor; id 0 is the bare embedding."""
+    if len(aux_layers) != 3 or any(not 1 <= i <= num_layers - 1 for i in aux_layers):
+        raise EyasError(
+            "bad_aux_layers",
+            f"aux layer ids {aux_layers}: EAGLE-3 fuses 3 layers with ids in 1..{num_layers - 1}",
+        )
 
 
 class TargetModel:
@@ -42,8 +53,7 @@ class TargetModel:
         self.hidden_size = cfg.hidden_size
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self.aux_layers = aux_layers or default_aux_layers(self.num_layers)
-        if any(not 0 <= i <= self.num_layers for i in self.aux_layers):
-            raise ValueError(f"aux layer ids {self.aux_layers} outside 0..{self.num_layers}")
+        check_aux_layers(self.aux_layers, self.num_layers)
         self.device = device
 
     def input_embedding(self) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""Load samples for the audit as columns: token ids stay in numpy (offsets + flat values), so
-100M tokens audit in seconds instead of becoming 100M Python ints.
+"""Samples as columns, the one reader every stage uses (audit, train, capture, export, eval,
+show): token ids stay in numpy (offsets + flat values), so 100M tokens load in seconds instead
+of becoming 100M Python ints.
 
 Accepted inputs: an eyas stage directory (`part-*.parquet`), an eyas run directory (its
 `generate/` stage), any Parquet file or folder with at least `id`, `prompt_ids`, `output_ids`,
@@ -8,6 +9,8 @@ and the interchange JSONL of design.md §3 (Sample field names, ids as JSON inte
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,14 @@ class Ragged:
 
     def present(self, i: int) -> bool:
         return self.valid is None or bool(self.valid[i])
+
+    def to_arrow(self) -> pa.ListArray:
+        """A list<int> column (int32 offsets; pyarrow's per-element conversion of Python lists
+        cost ~10x more and dominated the generate client's CPU time)."""
+        mask = pa.array(~self.valid) if self.valid is not None else None
+        return pa.ListArray.from_arrays(
+            pa.array(self.offsets.astype(np.int32)), pa.array(self.values), mask=mask
+        )
 
     @classmethod
     def from_lists(cls, rows: list[list[int] | None], dtype=np.int32) -> Ragged:
@@ -69,7 +80,7 @@ class SampleTable:
     prompt: Ragged
     output: Ragged
     loss_mask: Ragged
-    finish_reason: list[str]
+    finish_reason: list[str | None]  # None: the producer recorded none
     matched_stop: list[Any]
     turn: np.ndarray
     messages_json: list[str | None]
@@ -99,11 +110,25 @@ class SampleTable:
     def sampling(self, i: int) -> dict:
         return self._json("sampling", i) or {}
 
+    def mask_ok(self, i: int) -> bool:
+        """No loss mask (every output token trained), or one 0/1 entry per output token."""
+        if not self.loss_mask.present(i):
+            return True
+        mask = self.loss_mask.row(i)
+        return len(mask) == len(self.output.row(i)) and bool(np.isin(mask, (0, 1)).all())
+
     def supervised(self, i: int) -> np.ndarray:
-        """Per output token, 1 if trained (design.md §3: every output token by default)."""
-        if self.loss_mask.present(i) and len(self.loss_mask.row(i)) == len(self.output.row(i)):
-            return self.loss_mask.row(i)
-        return np.ones(len(self.output.row(i)), dtype=np.int8)
+        """Per output token, 1 if trained (every output token unless a loss mask says
+        otherwise). A mask of the wrong length is an error, never read as all ones."""
+        if not self.loss_mask.present(i):
+            return np.ones(len(self.output.row(i)), dtype=np.int8)
+        if not self.mask_ok(i):
+            raise RecordError(
+                "bad_loss_mask",
+                f"sample {self.ids[i]}: loss_mask has {len(self.loss_mask.row(i))} entries for "
+                f"{len(self.output.row(i))} output tokens (or values other than 0/1)",
+            )
+        return self.loss_mask.row(i)
 
     def sample(self, i: int) -> Sample:
         return Sample(
@@ -160,7 +185,7 @@ def _from_arrow(table: pa.Table, source: str) -> SampleTable:
         loss_mask=Ragged.from_arrow(
             table.column("loss_mask") if "loss_mask" in table.column_names else empty
         ),
-        finish_reason=[f or "stop" for f in _col(table, "finish_reason", "stop", n)],
+        finish_reason=[f or None for f in _col(table, "finish_reason", None, n)],
         matched_stop=matched,
         turn=turn,
         messages_json=js("messages"),
@@ -195,7 +220,7 @@ def _from_jsonl(path: Path) -> SampleTable:
         prompt=Ragged.from_lists([r["prompt_ids"] for r in rows]),
         output=Ragged.from_lists([r["output_ids"] for r in rows]),
         loss_mask=Ragged.from_lists([r.get("loss_mask") for r in rows], np.int8),
-        finish_reason=[r.get("finish_reason") or "stop" for r in rows],
+        finish_reason=[r.get("finish_reason") or None for r in rows],
         matched_stop=[r.get("matched_stop") for r in rows],
         turn=np.asarray([r.get("turn", -1) for r in rows], dtype=np.int64),
         messages_json=js("messages"),
@@ -228,3 +253,41 @@ def load_table(path: str | Path) -> SampleTable:
         raise RecordError("no_input", f"{path} does not exist")
     out.manifest = manifest
     return out
+
+
+def read_samples(path: str | Path) -> Iterator[Sample]:
+    """Every sample of any supported input, as records."""
+    table = load_table(path)
+    return (table.sample(i) for i in range(len(table)))
+
+
+def select_trainable(
+    table: SampleTable,
+    include_truncated: bool = False,
+    quarantined: set[str] | frozenset[str] = frozenset(),
+) -> tuple[list[int], Counter]:
+    """The one rule for which samples train (training, capture and sample export share it).
+
+    Excluded, each counted by reason: aborted generations; outputs cut at max_new_tokens
+    (`finish_length`) and outputs whose producer recorded no finish reason
+    (`finish_unrecorded`: a cut cannot be ruled out), unless `include_truncated`; a loss mask
+    that does not fit its output; ids in the audit's quarantine; samples with nothing
+    supervised.
+    """
+    keep: list[int] = []
+    excluded: Counter = Counter()
+    for i in range(len(table)):
+        finish = table.finish_reason[i]
+        if finish == "abort":
+            excluded["finish_abort"] += 1
+        elif finish in ("length", None) and not include_truncated:
+            excluded["finish_length" if finish else "finish_unrecorded"] += 1
+        elif not table.mask_ok(i):
+            excluded["bad_loss_mask"] += 1
+        elif table.ids[i] in quarantined or table.ids[i].split("#")[0] in quarantined:
+            excluded["quarantined"] += 1
+        elif not table.supervised(i).any():
+            excluded["no_supervised_tokens"] += 1
+        else:
+            keep.append(i)
+    return keep, excluded

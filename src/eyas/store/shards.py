@@ -1,4 +1,4 @@
-"""Parquet shard store for samples (design.md §4).
+"""Parquet shards of samples: the generate stage's output (docs/architecture.md, "Store").
 
 A stage directory holds `part-NNNNN.parquet` shards, `manifest.json` and `errors.jsonl`.
 Shards are written to a temporary name and renamed when complete, so a crash or SIGKILL leaves
@@ -10,7 +10,6 @@ and `datasets.load_dataset("parquet", ...)` without eyas.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.records import Sample
+from eyas.store.samples import Ragged
 
 SCHEMA = pa.schema(
     [
@@ -55,19 +55,6 @@ def committed_ids(stage_dir: str | Path) -> set[str]:
     return ids
 
 
-def _int_lists(lists: list[list[int] | None], dtype) -> pa.Array:
-    """list<int> column built through numpy: pyarrow's per-element conversion of Python
-    lists costs ~10x more and dominated the client's CPU time in bench_generate."""
-    lengths = np.fromiter((len(x) if x is not None else 0 for x in lists), np.int32, len(lists))
-    offsets = np.zeros(len(lists) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    parts = [np.asarray(x, dtype=dtype) for x in lists if x]
-    values = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    nulls = [x is None for x in lists]
-    mask = pa.array(nulls) if any(nulls) else None
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
-
-
 def _to_columns(samples: list[Sample]) -> dict[str, Any]:
     cols: dict[str, Any] = {name: [] for name in SCHEMA.names}
     for s in samples:
@@ -85,19 +72,10 @@ def _to_columns(samples: list[Sample]) -> dict[str, Any]:
         cols["sampling"].append(orjson.dumps(s.sampling).decode())
         cols["attempts"].append(s.attempts)
         cols["latency_s"].append(s.latency_s)
-    cols["prompt_ids"] = _int_lists(cols["prompt_ids"], np.int32)
-    cols["output_ids"] = _int_lists(cols["output_ids"], np.int32)
-    cols["loss_mask"] = _int_lists(cols["loss_mask"], np.int8)
+    cols["prompt_ids"] = Ragged.from_lists(cols["prompt_ids"]).to_arrow()
+    cols["output_ids"] = Ragged.from_lists(cols["output_ids"]).to_arrow()
+    cols["loss_mask"] = Ragged.from_lists(cols["loss_mask"], np.int8).to_arrow()
     return cols
-
-
-def row_to_sample(row: dict) -> Sample:
-    """A Parquet row (eyas schema, or any table with at least id/prompt_ids/output_ids)."""
-    row = dict(row)
-    for key in _JSON_COLUMNS:
-        if isinstance(row.get(key), str):
-            row[key] = orjson.loads(row[key])
-    return Sample.from_dict(row)
 
 
 class ShardWriter:
@@ -148,10 +126,3 @@ class ShardWriter:
         self.num_committed += len(self._buffer)
         self._buffer = []
         return final
-
-
-def read_samples(stage_dir: str | Path) -> Iterator[Sample]:
-    for path in shard_paths(stage_dir):
-        for batch in pq.read_table(path).to_batches(max_chunksize=4096):
-            for row in batch.to_pylist():
-                yield row_to_sample(row)

@@ -1,0 +1,70 @@
+"""Offline evaluation: lossless speculative decoding with the target and the drafter here."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from eyas.config import EvalConfig
+from eyas.drafter.load import load_drafter
+from eyas.evaluate.metrics import acceptance_metrics
+from eyas.evaluate.speculative import greedy_reference, speculative_decode
+from eyas.hf_models import load_frozen_lm
+
+
+def evaluate_offline(
+    cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    from eyas.render.renderer import Renderer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    target = load_frozen_lm(cfg.target, device, torch.float32, cfg.trust_remote_code)
+    drafter = load_drafter(cfg.drafter, device, target_dir=cfg.target)
+    stop = set(Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code).stop_token_ids())
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    width = cfg.num_draft_tokens or cfg.k
+    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"accepted": [], "produced": []})
+    mismatches: list[str] = []
+    start = time.time()
+    tokens = 0
+    for p in prompts:
+        res = speculative_decode(
+            target,
+            drafter,
+            p["prompt_ids"],
+            cfg.k,
+            cfg.max_new_tokens,
+            stop,
+            drafter.config.aux_layer_ids,
+            cfg.temperature,
+            gen,
+            topk=cfg.topk,
+            num_draft_tokens=width,
+        )
+        tokens += len(res.tokens)
+        per_ds[p["dataset"]]["accepted"] += res.accepted
+        per_ds[p["dataset"]]["produced"] += res.produced
+        if cfg.temperature == 0 and res.tokens != greedy_reference(
+            target, p["prompt_ids"], cfg.max_new_tokens, stop
+        ):
+            mismatches.append(p["id"])
+    all_acc = [a for d in per_ds.values() for a in d["accepted"]]
+    all_prod = [x for d in per_ds.values() for x in d["produced"]]
+    return {
+        **acceptance_metrics(all_acc, all_prod, width),
+        "lossless": not mismatches if cfg.temperature == 0 else None,
+        "lossless_mismatches": mismatches,
+        "datasets": {
+            name: {
+                **acceptance_metrics(d["accepted"], d["produced"], width),
+                "prompts": sum(1 for p in prompts if p["dataset"] == name),
+            }
+            for name, d in sorted(per_ds.items())
+        },
+        "seconds": round(time.time() - start, 2),
+        "output_tokens": tokens,
+    }

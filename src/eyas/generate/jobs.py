@@ -1,0 +1,133 @@
+"""What to generate: rendered prompts turned into jobs, sharded and minus what is done."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eyas.config import PipelineConfig, SamplingConfig
+from eyas.errors import EyasError, RefusedError
+from eyas.records import Conversation
+from eyas.render.renderer import Renderer
+from eyas.store import read_rendered, sidecar
+
+
+@dataclass(kw_only=True)
+class Job:
+    """One conversation to regenerate: a single prompt (`last`) or every turn (`all`)."""
+
+    id: str
+    dataset: str
+    messages: list[dict]
+    tools: list[dict]
+    prompt_ids: list[int]
+    turn: int
+    max_new_tokens: int
+    sampling: dict[str, Any]
+    multi_turn: str = "last"
+
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    max_new_tokens: int
+    sampling: dict[str, Any]
+    multi_turn: str = "last"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "sampling": self.sampling,
+            "multi_turn": self.multi_turn,
+        }
+
+
+def sampling_dict(s: SamplingConfig) -> dict[str, Any]:
+    return {k: v for k, v in s.model_dump().items() if v is not None}
+
+
+def plans(cfg: PipelineConfig) -> tuple[DatasetPlan, dict[str, DatasetPlan]]:
+    """The default plan (flags) and one per configured dataset."""
+    default = DatasetPlan(
+        cfg.generate.max_new_tokens, sampling_dict(cfg.sampling), cfg.generate.multi_turn
+    )
+    per = {
+        d.name: DatasetPlan(
+            d.max_new_tokens or cfg.generate.max_new_tokens,
+            sampling_dict(d.sampling or cfg.sampling),
+            d.multi_turn,
+        )
+        for d in cfg.datasets
+    }
+    return default, per
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    i, _, n = text.partition("/")
+    return int(i), int(n)
+
+
+def shard_of(sample_id: str, num_shards: int) -> int:
+    """Stable across processes and machines (Python's `hash()` is salted per process):
+    the first 8 bytes of sha256(id) modulo the shard count."""
+    digest = hashlib.sha256(sample_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % num_shards
+
+
+def _check_fingerprint(file: Path, renderer: Renderer) -> None:
+    manifest = sidecar(file, ".manifest.json")
+    if not manifest.exists():
+        return
+    render = orjson.loads(manifest.read_bytes()).get("render", {})
+    for key, mine in (
+        ("tokenizer_sha256", renderer.fingerprint),
+        ("template_sha256", renderer.template_sha256),
+    ):
+        if render.get(key) and render[key] != mine:
+            raise RefusedError(
+                "fingerprint_mismatch",
+                f"{file} was rendered with {key}={render[key][:12]}…, but "
+                f"{renderer.model_dir} has {mine[:12]}…; re-run prepare/render",
+            )
+
+
+def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[list[Job], Counter]:
+    default, per = plans(cfg)
+    i_shard, n_shards = parse_shard(cfg.generate.shard)
+    jobs: list[Job] = []
+    skipped: Counter = Counter()
+    checked: set[Path] = set()
+    for file, row in read_rendered(cfg.generate_input):
+        if file not in checked:
+            _check_fingerprint(file, renderer)
+            checked.add(file)
+        conv = Conversation.from_dict(row)
+        if n_shards > 1 and shard_of(conv.id, n_shards) != i_shard:
+            skipped["other_shard"] += 1
+            continue
+        if conv.id in done:
+            skipped["already_done"] += 1
+            continue
+        plan = per.get(conv.dataset, default)
+        jobs.append(
+            Job(
+                id=conv.id,
+                dataset=conv.dataset,
+                messages=conv.messages,
+                tools=conv.tools,
+                prompt_ids=row["prompt_ids"],
+                turn=row.get("turn", -1),
+                max_new_tokens=plan.max_new_tokens,
+                sampling=plan.sampling,
+                multi_turn=plan.multi_turn,
+            )
+        )
+    ids = [j.id for j in jobs]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i, c in Counter(ids).items() if c > 1)
+        raise EyasError("duplicate_id", f"id {dup} appears more than once in the input")
+    return jobs, skipped

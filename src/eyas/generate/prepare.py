@@ -1,0 +1,71 @@
+"""`eyas prepare`: convert and render every dataset of a pipeline config.
+
+    eyas prepare --config configs/kimi-k2.5-sglang.toml
+
+Writes `<run>/prepare/conversations/<name>.jsonl` (+ `.errors.jsonl`),
+`<run>/prepare/rendered/<name>.jsonl` (+ `.errors.jsonl`, `.manifest.json`) and a stage
+`manifest.json`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import islice
+from typing import Any
+
+import orjson
+
+from eyas import __version__
+from eyas.config import PipelineConfig
+from eyas.errors import EyasError
+from eyas.jsonl import write_json
+from eyas.records import SCHEMA_VERSION, RowError
+from eyas.render.renderer import Renderer
+from eyas.render.run import render_file
+from eyas.sources import convert_rows, detect_format, read_rows
+
+
+def prepare(cfg: PipelineConfig, renderer: Renderer) -> dict[str, Any]:
+    """Convert and render every dataset into `<run>/prepare/{conversations,rendered}/`."""
+    if not cfg.datasets:
+        raise EyasError("no_datasets", "the config lists no [[datasets]] to prepare")
+    out = cfg.stage_dir("prepare")
+    summary: dict[str, Any] = {}
+    for ds in cfg.datasets:
+        fmt = ds.format if ds.format != "auto" else detect_format(read_rows(ds.path))
+        conv_path = out / "conversations" / f"{ds.name}.jsonl"
+        conv_path.parent.mkdir(parents=True, exist_ok=True)
+        reasons: Counter = Counter()
+        n_ok = 0
+        with (
+            conv_path.open("wb") as f,
+            (out / "conversations" / f"{ds.name}.errors.jsonl").open("wb") as e,
+        ):
+            rows = islice(read_rows(ds.path), ds.limit)
+            for item in convert_rows(rows, fmt, ds.name, str(ds.path)):
+                if isinstance(item, RowError):
+                    reasons[item.reason] += 1
+                    e.write(orjson.dumps(item.to_dict()) + b"\n")
+                else:
+                    n_ok += 1
+                    f.write(orjson.dumps(item.to_dict()) + b"\n")
+        rendered = render_file(renderer, conv_path, out / "rendered" / f"{ds.name}.jsonl")
+        summary[ds.name] = {
+            "format": fmt,
+            "converted": n_ok,
+            "convert_reasons": dict(reasons),
+            "rendered": rendered.num_rendered,
+            "render_reasons": dict(rendered.reasons),
+        }
+    write_json(
+        out / "manifest.json",
+        {
+            "stage": "prepare",
+            "eyas_version": __version__,
+            "schema_version": SCHEMA_VERSION,
+            "config": cfg.model_dump(mode="json"),
+            "render": renderer.describe(),
+            "datasets": summary,
+        },
+    )
+    return summary

@@ -1,0 +1,98 @@
+"""The JSONL files of the stages before and after generation: convert and render outputs with
+their sidecars (`X.errors.jsonl`, `X.manifest.json`), and the audit's quarantine list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from eyas.jsonl import read_jsonl
+from eyas.records import RecordError
+
+QUARANTINE_NAME = "quarantine.jsonl"
+QUARANTINE_FIELDS = ("id", "dataset", "check", "severity", "reason")
+
+
+def sidecar(path: str | Path, suffix: str) -> Path:
+    """`out.jsonl` -> `out<suffix>` (e.g. `.errors.jsonl`, `.manifest.json`)."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(".jsonl") + suffix)
+
+
+def rendered_files(path: str | Path) -> list[Path]:
+    """The rendered JSONL files of a render output file, a `rendered/` folder or a prepare
+    stage directory."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise RecordError("no_input", f"{path} does not exist")
+    root = path / "rendered" if (path / "rendered").is_dir() else path
+    files = sorted(
+        p
+        for p in root.glob("*.jsonl")
+        if not p.name.endswith(".errors.jsonl") and p.name != QUARANTINE_NAME
+    )
+    if not files:
+        raise RecordError("no_input", f"no rendered .jsonl files in {path} (run eyas prepare)")
+    return files
+
+
+def read_rendered(path: str | Path) -> Iterator[tuple[Path, dict]]:
+    """(file, row) for every rendered prompt; each row must carry `prompt_ids`."""
+    for file in rendered_files(path):
+        for k, row in enumerate(read_jsonl(file)):
+            if "prompt_ids" not in row or "id" not in row:
+                raise RecordError(
+                    "not_rendered", f"{file}:{k + 1}: lines need id and prompt_ids (eyas render)"
+                )
+            yield file, row
+
+
+def quarantine_path(data: str | Path) -> Path:
+    """Where the audit of `data` writes its quarantine list, and where training and export
+    look for it by default: inside a stage directory, or beside a sample file."""
+    data = Path(data)
+    if data.is_dir():
+        return data / QUARANTINE_NAME
+    return (
+        sidecar(data, "." + QUARANTINE_NAME)
+        if data.suffix == ".jsonl"
+        else Path(str(data) + "." + QUARANTINE_NAME)
+    )
+
+
+def read_quarantine(path: str | Path) -> dict[str, dict]:
+    """id -> the first quarantine row for that id."""
+    out: dict[str, dict] = {}
+    for row in read_jsonl(path):
+        out.setdefault(row["id"], row)
+    return out
+
+
+def write_quarantine(path: str | Path, rows: list[dict]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        for row in rows:
+            f.write(orjson.dumps({k: row[k] for k in QUARANTINE_FIELDS}) + b"\n")
+    tmp.replace(path)
+    return path
+
+
+def quarantined_ids(
+    data: str | Path, quarantine: str | Path | None = None, include: bool = False
+) -> tuple[frozenset[str], Path | None]:
+    """The ids a consumer of `data` skips: those in `quarantine` (default: the audit's list
+    beside the data, if one was written), or none when `include`."""
+    if include:
+        return frozenset(), None
+    path = Path(quarantine) if quarantine else quarantine_path(data)
+    if not path.exists():
+        if quarantine:
+            raise RecordError("no_input", f"quarantine file {path} does not exist")
+        return frozenset(), None
+    return frozenset(read_quarantine(path)), path
