@@ -140,53 +140,61 @@ class Reasoning(Check):
         "its template switch instead",
     }
 
+    @staticmethod
+    def _segments(ctx: AuditContext, i: int):
+        """(the ids before each generated turn, the turn's ids, whether it finished) for the
+        sample's generated turns: its whole output, or each trained span of a loss mask."""
+        t = ctx.table
+        prompt, out = t.prompt.row(i), t.output.row(i)
+        finished = t.finish_reason[i] == "stop"
+        if not t.loss_mask.present(i) or not t.mask_ok(i):
+            yield prompt, out, finished
+            return
+        mask = t.loss_mask.row(i)
+        starts = np.nonzero(np.diff(np.concatenate([[0], mask])) == 1)[0]
+        ends = np.nonzero(np.diff(np.concatenate([mask, [0]])) == -1)[0] + 1
+        for a, b in zip(starts, ends):
+            before = np.concatenate([prompt, out[:a]])[-8:]
+            yield before, out[a:b], finished or b < len(out)
+
     def run(self, ctx: AuditContext, dataset: str, idx: np.ndarray) -> Iterator[Hit]:
         open_id = ctx.marker_ids.get(ctx.model_format.think_open or "")
         close_id = ctx.marker_ids.get(ctx.model_format.think_close or "")
         if open_id is None or close_id is None:
             return
-        t, fmt = ctx.table, ctx.model_format
-        opens = ctx.count_ids(t.output, {open_id})
-        closes = ctx.count_ids(t.output, {close_id})
-        last_prompt = ctx.last_tokens(t.prompt)
-        v = t.output.values
-        pair = np.zeros(len(v), dtype=bool)
-        if len(v) > 1:
-            pair[:-1] = (v[:-1] == open_id) & (v[1:] == close_id)
-        has_pair = ctx.row_counts(t.output, pair) > 0
+        fmt = ctx.model_format
         for i in idx:
             i = int(i)
-            o, c = int(opens[i]), int(closes[i])
-            complete = t.finish_reason[i] == "stop"
-            if t.loss_mask.present(i):  # several turns in one sample: pairs are per turn
-                o, c = min(o, 1), min(c, 1)
-            if last_prompt[i] == open_id:  # the prompt opened the block (K2.5)
-                if c == 0 and complete:
-                    yield Hit(i, "error", "reasoning_lost")
-                elif c > 1 or o > 0:
-                    yield Hit(i, "error", "duplicate_think")
-                elif (
-                    c == 1
-                    and t.output.row(i)[0] == close_id
-                    and ctx.source_turn(i).get("reasoning_content")
-                ):
-                    yield Hit(i, "warning", "reasoning_empty")
-            elif fmt.thinking_prompt(t.prompt.row(i), ctx.tokenizer):
-                if o == 0 and c == 0 and complete:
-                    yield Hit(i, "error", "reasoning_lost")
+            reasons: set[str] = set()
+            for before, seg, complete in self._segments(ctx, i):
+                o, c = int((seg == open_id).sum()), int((seg == close_id).sum())
+                if len(before) and before[-1] == open_id:  # the prompt opened the block (K2.5)
+                    if c == 0 and complete:
+                        reasons.add("reasoning_lost")
+                    elif c > 1 or o > 0:
+                        reasons.add("duplicate_think")
+                    elif (
+                        c == 1
+                        and seg[0] == close_id
+                        and ctx.source_turn(i).get("reasoning_content")
+                    ):
+                        yield Hit(i, "warning", "reasoning_empty")
+                elif fmt.thinking_prompt(before, ctx.tokenizer):
+                    if o == 0 and c == 0 and complete:
+                        reasons.add("reasoning_lost")
+                    elif o > 1 or c > 1:
+                        reasons.add("duplicate_think")
+                    elif o > c and complete:
+                        reasons.add("unclosed_think")
                 elif o > 1 or c > 1:
-                    yield Hit(i, "error", "duplicate_think")
-                elif o > c and complete:
-                    yield Hit(i, "error", "unclosed_think")
-            elif o > 1 or c > 1:
-                yield Hit(i, "error", "duplicate_think")
-            elif o != c and complete:
-                yield Hit(i, "error", "unclosed_think")
-            if has_pair[i]:
-                out, sup = t.output.row(i), t.supervised(i) if t.mask_ok(i) else None
-                pairs = np.nonzero((out[:-1] == open_id) & (out[1:] == close_id))[0]
-                if sup is not None and any(sup[p] and sup[p + 1] for p in pairs):
-                    yield Hit(i, "error", "scaffold_supervised")
+                    reasons.add("duplicate_think")
+                elif o != c and complete:
+                    reasons.add("unclosed_think")
+                pairs = np.nonzero((seg[:-1] == open_id) & (seg[1:] == close_id))[0]
+                if len(pairs):  # an empty think block generated and trained: a prompt scaffold
+                    reasons.add("scaffold_supervised")
+            for reason in sorted(reasons):
+                yield Hit(i, "error", reason)
         for i in ctx.sample_of(idx):
             i = int(i)
             for text in (ctx.prompt_text(i), ctx.output_text(i)):

@@ -82,7 +82,9 @@ _TEXT_RESULTS = {
     "glaive": re.compile(r"^\s*FUNCTION RESPONSE:"),
     "hermes": re.compile(r"^\s*<tool_response>"),
 }
-_PY_TYPES = re.compile(r"^(str|int|float|bool|list|dict|List\[|Dict\[|Optional\[|Tuple\[)")
+_PY_TYPES = re.compile(
+    r"^(?:(?:str|int|float|bool|list|dict|tuple)(?:,\s*optional)?|(?:List|Dict|Optional|Tuple|Union)\[.*)$"
+)
 
 
 def _json_objects(text: str, limit: int = 64):
