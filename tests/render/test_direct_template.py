@@ -37,7 +37,11 @@ def test_direct_render_is_byte_identical_on_every_toy_family(which, request):
             messages, _ = r.prepare(conv)
             for end in range(1, len(messages) + 1):
                 for thinking in (True, False):
-                    kw = {r.model_format.thinking_key: thinking} if r.model_format.thinking_key else {}
+                    kw = (
+                        {r.model_format.thinking_key: thinking}
+                        if r.model_format.thinking_key
+                        else {}
+                    )
                     for gen in (True, False):
                         got = r.render_text(messages[:end], conv.tools, gen, **kw)
                         assert got == _reference(r, messages[:end], conv.tools, gen, **kw)
