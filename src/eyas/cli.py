@@ -46,7 +46,7 @@ SetOpt = Annotated[
 def _fail(message: str, code: int = 2) -> None:
     from rich.markup import escape
 
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -397,19 +397,28 @@ def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None
     from rich.progress import Progress
 
     from eyas.config import build_config
-    from eyas.train.loop import run_train
+    from eyas.train.loop import Trainer
 
     cfg = build_config(TrainConfig, config, flags, set_)
-    with Progress(console=console) as bar:
-        task = bar.add_task("train", total=cfg.steps)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(cfg, log=console.print)
+    try:
+        trainer.setup()  # data, target and drafter: a mistake surfaces before any progress bar
+        with Progress(console=console) as bar:
+            task = bar.add_task("train", total=cfg.steps, completed=trainer.step)
 
-        def on_step(m: dict) -> None:
-            acc = m["per_step_acc"][0]
-            bar.update(
-                task, completed=m["step"], description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}"
-            )
+            def on_step(m: dict) -> None:
+                acc = m["per_step_acc"][0]
+                bar.update(
+                    task,
+                    completed=m["step"],
+                    description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}",
+                )
 
-        path = run_train(cfg, log=console.print, on_step=on_step)
+            trainer.train(on_step)
+        path = trainer.finish()
+    finally:
+        trainer.cleanup()
     console.print(f"drafter -> {path}")
 
 

@@ -32,7 +32,9 @@ def load_frozen_lm(
 ) -> Any:
     """Eval-mode causal LM with frozen parameters."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one line per stage is eyas's job, not a loading bar
     require_model_dir(model_dir, "target model")
     if not list(Path(model_dir).glob("*.safetensors")):
         raise EyasError("no_model", f"{model_dir} holds no .safetensors weights")

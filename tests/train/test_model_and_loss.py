@@ -2,12 +2,14 @@
 
 import math
 
+import pytest
 import torch
+from torch import nn
 
-from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.model import DrafterConfig, Eagle3Drafter, ttt_attention
 from eyas.drafter.vocab import build_vocab_mapping, token_counts
 from eyas.evaluate.speculative import DraftCache, draft_forward
-from eyas.train.loss import step_mask, ttt_loss
+from eyas.train.loss import Teacher, step_mask, ttt_loss
 
 
 def tiny_drafter(seed=0, vocab=40, dv=40):
@@ -72,7 +74,7 @@ def test_unrolled_ttt_equals_naive_recomputation():
     ids = torch.randint(0, 40, (1, 7))
     aux = torch.randn(1, 7, 96)
     with torch.no_grad():
-        fast = model(ids, aux, 4)
+        fast = [model.logits(h) for h in model(ids, aux, 4)]
         slow = naive_ttt(model, ids, aux, 4)
     for k in range(4):
         assert torch.allclose(fast[k], slow[k], atol=1e-5), k
@@ -83,7 +85,7 @@ def test_inference_cache_matches_training_step_zero():
     ids = torch.randint(0, 40, (1, 9))
     aux = torch.randn(1, 9, 96)
     with torch.no_grad():
-        train_logits = model(ids, aux, 1)[0]
+        train_logits = model.logits(model(ids, aux, 1)[0])
         cache = DraftCache()
         a, _ = draft_forward(model, ids[:, :5], model.fc(aux[:, :5]), cache)
         b, _ = draft_forward(model, ids[:, 5:], model.fc(aux[:, 5:]), cache)
@@ -102,8 +104,10 @@ def test_only_the_first_assistant_token_is_trained_when_only_it_is_supervised():
     draft = [torch.randn(1, 10, v, requires_grad=True) for _ in range(3)]
     target = torch.randn(1, 10, v)
     ids = torch.arange(v)
+    # identity heads: the "hidden states" are the logits themselves
+    teacher = Teacher(target, torch.eye(v))
     loss, stats = ttt_loss(
-        draft, target, supervised, ids, torch.ones(v, dtype=torch.bool), [1.0, 1.0, 1.0]
+        draft, teacher, supervised, nn.Identity(), ids, torch.ones(v, dtype=torch.bool), [1.0] * 3
     )
     loss.backward()
     for k in range(3):
@@ -123,7 +127,8 @@ def test_targets_outside_the_draft_vocab_are_excluded():
     t2d = torch.ones(8, dtype=torch.bool)
     t2d[7] = False
     draft = [torch.randn(1, 6, 7, requires_grad=True)]
-    loss, stats = ttt_loss(draft, target, supervised, torch.arange(7), t2d, [4.0])
+    teacher = Teacher(target, torch.eye(8))
+    loss, stats = ttt_loss(draft, teacher, supervised, nn.Identity(), torch.arange(7), t2d, [4.0])
     assert stats[0].positions == 4 and stats[0].in_vocab == 0 and float(loss.detach()) == 0.0
 
 
@@ -139,8 +144,8 @@ def test_vocab_mapping_from_supervised_tokens_only():
 def _optimizer_step(model):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    logits = model(torch.randint(0, 50, (2, 6)), torch.randn(2, 6, 96), 2)
-    sum(x.sum() for x in logits).backward()
+    hidden = model(torch.randint(0, 50, (2, 6)), torch.randn(2, 6, 96), 2)
+    sum(model.logits(x).sum() for x in hidden).backward()
     opt.step()
     sched.step()
     return opt, sched
@@ -168,3 +173,80 @@ def test_checkpoints_key_optimizer_state_by_name_and_read_positional_ones(tmp_pa
         for i, state in want["state"].items():
             for key, value in state.items():
                 assert torch.equal(got["state"][i][key], value), (layout, i, key)
+
+
+def eager_ttt_attention(q, k0, v0, diagonal, scale):
+    """The attention as eyas computed it before chunking: a [T, T + S] score matrix."""
+    t = q.shape[2]
+    scores0 = torch.matmul(q, k0.transpose(-1, -2)) * scale
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    scores0 = scores0.masked_fill(~causal, float("-inf"))
+    diag = [(q * ks).sum(-1, keepdim=True) * scale for ks, _ in diagonal]
+    weights = torch.softmax(torch.cat([scores0, *diag], -1).float(), -1).to(q.dtype)
+    out = torch.matmul(weights[..., :t], v0)
+    for s, (_, vs) in enumerate(diagonal):
+        out = out + weights[..., t + s : t + s + 1] * vs
+    return out
+
+
+@pytest.mark.parametrize("k_steps", [1, 3, 7])
+def test_fused_ttt_attention_equals_eager_forward_and_gradients(k_steps):
+    torch.manual_seed(k_steps)
+    b, h, t, d = 3, 4, 29, 32
+
+    def leaf():
+        return torch.randn(b, h, t, d, requires_grad=True)
+
+    q, k0, v0 = leaf(), leaf(), leaf()
+    diagonal = [(leaf(), leaf()) for _ in range(k_steps - 1)]
+    inputs = [q, k0, v0, *[x for pair in diagonal for x in pair]]
+    scale = 1 / math.sqrt(d)
+    want = eager_ttt_attention(q, k0, v0, diagonal, scale)
+    got = ttt_attention(q, k0, v0, diagonal, scale)
+    assert torch.allclose(got, want, atol=1e-5)
+    probe = torch.randn_like(want)
+    grads_want = torch.autograd.grad((want * probe).sum(), inputs)
+    grads_got = torch.autograd.grad((got * probe).sum(), inputs)
+    for gw, gg in zip(grads_want, grads_got):
+        assert torch.allclose(gg, gw, atol=1e-5)
+
+
+def test_padded_batch_rows_equal_their_unpadded_runs():
+    """Right padding never reaches a real position: each row of a padded batch equals the
+    same sequence run alone (the fused path keeps no mask)."""
+    model = tiny_drafter(3)
+    lengths = [11, 6]
+    ids = torch.randint(0, 40, (2, 11))
+    aux = torch.randn(2, 11, 96)
+    with torch.no_grad():
+        batch = model(ids, aux, 3)
+        for r, n in enumerate(lengths):
+            alone = model(ids[r : r + 1, :n], aux[r : r + 1, :n], 3)
+            for k in range(3):
+                # step k reads ids shifted by k: the last k positions see padding
+                m = n - k
+                assert torch.allclose(batch[k][r, :m], alone[k][0, :m], atol=1e-5), (r, k)
+
+
+def test_chunked_loss_equals_one_chunk():
+    torch.manual_seed(2)
+    model = tiny_drafter(2, vocab=40, dv=25)
+    ids = torch.randint(0, 40, (2, 40))
+    aux = torch.randn(2, 40, 96)
+    supervised = (torch.rand(2, 40) > 0.3).long()
+    teacher = Teacher(torch.randn(2, 40, 32), torch.randn(40, 32))
+    draft_ids = torch.randperm(40)[:25].sort().values
+    t2d = torch.zeros(40, dtype=torch.bool)
+    t2d[draft_ids] = True
+    results = []
+    for chunk in (16, 1024):
+        model.zero_grad()
+        hidden = model(ids, aux, 3)
+        loss, stats = ttt_loss(
+            hidden, teacher, supervised, model.lm_head, draft_ids, t2d, [30.0] * 3, chunk=chunk
+        )
+        loss.backward()
+        results.append((loss.item(), [s.correct for s in stats], model.fc.weight.grad.clone()))
+    (l1, c1, g1), (l2, c2, g2) = results
+    assert math.isclose(l1, l2, rel_tol=1e-6) and c1 == c2
+    assert torch.allclose(g1, g2, atol=1e-6)

@@ -105,18 +105,57 @@ class Attention(nn.Module):
         q, k, v = self.project(x, positions)
         cache.append((k, v))
         k0, v0 = cache[0]
-        scale = 1.0 / math.sqrt(self.d)
-        t = x.shape[1]
-        scores0 = torch.matmul(q, k0.transpose(-1, -2)) * scale  # [B, h, T, T]
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        scores0 = scores0.masked_fill(~causal, float("-inf"))
-        diag = [(q * ks).sum(-1, keepdim=True) * scale for ks, _ in cache[1:]]  # [B, h, T, 1]
-        weights = torch.softmax(torch.cat([scores0, *diag], -1).float(), -1).to(q.dtype)
-        out = torch.matmul(weights[..., :t], v0)  # [B, h, T, d]
-        for s, (_, vs) in enumerate(cache[1:]):
-            out = out + weights[..., t + s : t + s + 1] * vs
-        b = x.shape[0]
+        out = ttt_attention(q, k0, v0, cache[1:], 1.0 / math.sqrt(self.d))  # [B, h, T, d]
+        b, t = x.shape[:2]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+_SINK_DIMS = 8  # extra head dims for the sink; a multiple of 8 keeps fused kernels eligible
+
+
+def ttt_attention(
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    diagonal: list[tuple[torch.Tensor, torch.Tensor]],
+    scale: float,
+) -> torch.Tensor:
+    """softmax over {step-0 keys at positions <= j} ∪ {step-s keys at j, s = 1..S} for every
+    query j, with no [T, T] tensor in forward or backward.
+
+    The causal part runs in `scaled_dot_product_attention` (a fused, memory-linear kernel on
+    CPU and GPU). The S diagonal scores are merged exactly through the causal part's
+    normaliser, which SDPA exposes through a sink: an extra key, visible to every query, whose
+    score is a per-query constant c_j (an extra q dim; the other keys are 0 there) and whose
+    value is a unit in an extra v dim. With Z the causal normaliser, SDPA returns
+    o = O / (Z + e^c) and p = e^c / (Z + e^c), so with w_s = e^(d_s - c):
+        out = (O + Σ_s e^(d_s) v_s) / (Z + Σ_s e^(d_s))
+            = (o + p Σ_s w_s v_s) / (1 - p + p Σ_s w_s).
+    c_j = max_s d_s keeps every w_s <= 1. A dummy first query lets the top-left causal mask put
+    the sink at key 0 for all real queries.
+
+    q, k0, v0: [B, h, T, d]; diagonal: S pairs of [B, h, T, d]. Returns [B, h, T, d].
+    """
+    if not diagonal:
+        return F.scaled_dot_product_attention(q, k0, v0, is_causal=True, scale=scale)
+    b, h, t, d = q.shape
+    scores = torch.stack([(q * ks).sum(-1) for ks, _ in diagonal], -1) * scale  # [B, h, T, S]
+    extra = q.new_zeros(b, h, t, _SINK_DIMS)
+    # The sink's score is what the kernel computes from this stored value, in its dtype.
+    extra[..., 0] = (scores.detach().amax(-1).float() / scale).to(q.dtype)
+    c = extra[..., 0].float() * scale  # [B, h, T]
+    unit = q.new_zeros(b, h, 1, d + _SINK_DIMS)
+    unit[..., d] = 1.0
+    qx = torch.cat([q.new_zeros(b, h, 1, d + _SINK_DIMS), torch.cat([q, extra], -1)], 2)
+    kx = torch.cat([unit, F.pad(k0, (0, _SINK_DIMS))], 2)  # [B, h, T+1, d+8]
+    vx = torch.cat([unit, F.pad(v0, (0, _SINK_DIMS))], 2)
+    o = F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=scale)[:, :, 1:]
+    p = o[..., d : d + 1].float()  # [B, h, T, 1]
+    w = torch.exp(scores.float() - c[..., None])  # [B, h, T, S], each <= 1
+    diag_sum = sum(w[..., s : s + 1] * vs.float() for s, (_, vs) in enumerate(diagonal))
+    num = o[..., :d].float() + p * diag_sum
+    den = (1.0 - p) + p * w.sum(-1, keepdim=True)
+    return (num / den).to(q.dtype)
 
 
 class MLP(nn.Module):
@@ -168,9 +207,14 @@ class Eagle3Drafter(nn.Module):
         return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
 
     def step(self, input_ids, hidden, positions, cache):
-        """One draft step. input_ids: [B, T]; hidden: [B, T, H] -> (logits [B, T, Dv], hidden)."""
+        """One draft step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
+        head [B, T, H], hidden for the next step [B, T, H])."""
         out = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
-        return self.lm_head(self.norm(out)), out
+        return self.norm(out), out
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
+        return self.lm_head(normed)
 
     def forward(self, input_ids: torch.Tensor, aux_hidden: torch.Tensor, ttt_steps: int):
         """Unrolled TTT forward.
@@ -181,19 +225,20 @@ class Eagle3Drafter(nn.Module):
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
 
         Returns:
-            list of K draft logits [B, T, Dv]; step k uses input_ids shifted left by k
-            (positions past the end repeat the last token and are masked by the loss).
+            list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
+            vocabulary); step k uses input_ids shifted left by k (positions past the end repeat
+            the last token and are masked by the loss).
         """
         b, t = input_ids.shape
         hidden = self.fc(aux_hidden)  # [B, T, H]
         cache: list = []
-        logits_per_step = []
+        per_step = []
         for k in range(ttt_steps):
             ids_k = torch.cat([input_ids[:, k:], input_ids[:, -1:].expand(b, min(k, t))], 1)[:, :t]
             positions = torch.arange(t, device=input_ids.device) + k
-            logits, hidden = self.step(ids_k, hidden, positions, cache)
-            logits_per_step.append(logits)
-        return logits_per_step
+            normed, hidden = self.step(ids_k, hidden, positions, cache)
+            per_step.append(normed)
+        return per_step
 
 
 def _speculators_names(state_dict: dict, prefix: str, *args) -> None:

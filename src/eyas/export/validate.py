@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from eyas.errors import RefusedError
+from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import EMBEDDING_NAMES, load_named_tensors
 
 
@@ -34,7 +34,7 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
     path = Path(path)
     problems: list[str] = []
     if not path.is_dir():
-        raise ExportError([f"{path} is not a directory"])
+        raise EyasError("no_input", f"export directory {path} does not exist")
     if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
         raise ExportError([f"{path} needs config.json and model.safetensors"])
     cfg = json.loads((path / "config.json").read_text())

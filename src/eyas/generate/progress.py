@@ -13,12 +13,18 @@ from eyas.generate.engine import Stats
 class GenerationProgress:
     """Throttled to ~10 updates/s so the bar never costs the client real CPU."""
 
-    def __init__(self, total: int, console: Console | None = None, enabled: bool = True):
+    def __init__(
+        self,
+        total: int,
+        console: Console | None = None,
+        enabled: bool = True,
+        label: str = "generate",
+    ):
         self.enabled = enabled
         self._last = 0.0
         self._start = time.perf_counter()
         self.progress = Progress(
-            TextColumn("[bold]generate"),
+            TextColumn(f"[bold]{label}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"),
@@ -45,6 +51,6 @@ class GenerationProgress:
         self.progress.update(
             self.task,
             completed=stats.done,
-            rate=f"{stats.done / elapsed:,.1f} samples/s  {stats.output_tokens / elapsed:,.0f} out tok/s",
+            rate=f"{stats.done / elapsed:,.1f} samples/s  {stats.output_tokens / elapsed:,.0f} tok/s",
             extra=f"retries {stats.retries}  failed {stats.failed}",
         )

@@ -41,7 +41,23 @@ class RenderError(EyasError):
 def load_tokenizer(model_dir: str | Path, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise RenderError("no_model", f"model directory {path} does not exist")
+    if not any((path / name).exists() for name in _TOKENIZER_FILES):
+        raise RenderError(
+            "no_tokenizer",
+            f"{path} holds no tokenizer files ({', '.join(_TOKENIZER_FILES[:3])}, ...)",
+        )
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc) and not trust_remote_code:
+            raise RenderError(
+                "needs_remote_code",
+                f"{path}'s tokenizer is custom code; pass --trust-remote-code if you trust it",
+            ) from exc
+        raise
 
 
 def tokenizer_fingerprint(model_dir: str | Path) -> str:
@@ -97,7 +113,11 @@ class Renderer:
         self.model_dir = Path(model_dir)
         self.tokenizer = tokenizer or load_tokenizer(model_dir, trust_remote_code)
         if not self.tokenizer.chat_template:
-            raise RenderError("no_chat_template", f"{model_dir} has no chat template")
+            raise RenderError(
+                "no_chat_template",
+                f"{model_dir} has no chat template (chat_template.jinja or tokenizer_config.json "
+                "chat_template): eyas renders with the model's own template only",
+            )
         self.model_format: ModelFormat = (
             get_model_format(profile) if profile else detect_model_format(self.tokenizer)
         )

@@ -35,8 +35,13 @@ def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -
     template ignores them (or declares them in a form the profile does not expect).
     """
     in_path, out_path = Path(in_path), Path(out_path)
+    if not in_path.is_file():
+        raise RecordError("no_input", f"{in_path} does not exist (the output of eyas convert)")
     result = RenderResult(probe=probe_template(renderer))
-    rows = [orjson.loads(line) for line in in_path.read_bytes().splitlines() if line.strip()]
+    try:
+        rows = [orjson.loads(line) for line in in_path.read_bytes().splitlines() if line.strip()]
+    except orjson.JSONDecodeError as exc:
+        raise RecordError("invalid_json", f"{in_path}: not JSONL ({exc})") from exc
     if any(row.get("tools") for row in rows):
         require_native_tools(result.probe, renderer)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+from eyas.errors import EyasError
 from eyas.records import Conversation, RowError
 from eyas.sources import FORMATS, convert_rows, detect_format, read_rows
 
@@ -35,7 +36,9 @@ def convert_file(
     if detected:
         fmt = detect_format(read_rows(in_path))
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)} or auto")
+        raise EyasError(
+            "bad_flag", f"unknown format {fmt!r}; choose one of {sorted(FORMATS)} or auto"
+        )
     result = ConvertResult(fmt, detected)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("wb") as out, errors_path(out_path).open("wb") as err:

@@ -35,7 +35,7 @@ class ModelPreset:
 
 # head_dim is 32 in both: vLLM's CPU attention kernels support only some head sizes (24 fails).
 PRESETS = {
-    "tiny": ModelPreset(1024, 96, 256, 4, 3, 1, 120, 2.0, 1536, 3e-3),
+    "tiny": ModelPreset(1024, 96, 256, 4, 3, 1, 120, 4.0, 1536, 3e-3),
     "small": ModelPreset(2048, 192, 512, 4, 6, 2, 400, 2.5, 2048, 2.5e-3),
 }
 
@@ -80,15 +80,27 @@ def _collate(examples, idx, pad_id: int):
     return ids, labels, attn
 
 
-def train_model(model, examples, preset: ModelPreset, seed: int, pad_id: int, log=None) -> dict:
-    """AdamW with warmup and cosine decay over `preset.epochs` passes; returns figures."""
+def train_model(
+    model,
+    examples,
+    preset: ModelPreset,
+    seed: int,
+    pad_id: int,
+    log=None,
+    epochs: float | None = None,
+    lr_scale: float = 1.0,
+) -> dict:
+    """AdamW with warmup and cosine decay over `epochs` passes (default: the preset's);
+    returns figures. A later round continues training the same model."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    epochs = math.ceil(preset.epochs)
-    plan = [_batches(examples, preset.batch_tokens, rng) for _ in range(epochs)]
+    passes = preset.epochs if epochs is None else epochs
+    plan = [_batches(examples, preset.batch_tokens, rng) for _ in range(math.ceil(passes))]
     steps_per_epoch = len(plan[0])
-    total = max(1, int(steps_per_epoch * preset.epochs))
-    opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    total = max(1, int(steps_per_epoch * passes))
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=preset.lr * lr_scale, betas=(0.9, 0.95), weight_decay=0.0
+    )
     warmup = max(1, total // 20)
 
     def lr_at(step: int) -> float:

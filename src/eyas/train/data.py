@@ -14,6 +14,7 @@ from pathlib import Path
 
 from eyas.errors import EyasError
 from eyas.store import load_table, select_trainable
+from eyas.store.captures import CapturedRow, read_capture_index
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Sequence:
     dataset: str
     ids: list[int]
     supervised: list[int]
+    source: CapturedRow | None = None  # where captured target states for it are stored
 
 
 @dataclass
@@ -79,6 +81,29 @@ def load_sequences(
         out.append(Sequence(table.ids[i], table.dataset[i], ids, sup))
     report.used = len(out)
     return out, report
+
+
+def load_captured_sequences(
+    capture_dir: str | Path, max_len: int, length_policy: str = "skip"
+) -> tuple[list[Sequence], DataReport, dict]:
+    """Sequences of an `eyas capture` (which applied the store's training rule when it
+    captured), with the same length policy as training from samples."""
+    rows, manifest = read_capture_index(capture_dir)
+    report = DataReport(loaded=len(rows))
+    report.excluded.update(manifest.get("excluded") or {})
+    out = []
+    for row in rows:
+        ids, sup = row.input_ids, row.loss_mask
+        if len(ids) > max_len:
+            if length_policy == "skip":
+                report.excluded["over_max_len"] += 1
+                continue
+            ids, sup = ids[:max_len], sup[:max_len]
+            report.truncated += 1
+        report.lengths.append(len(ids))
+        out.append(Sequence(row.id, row.dataset, ids, sup, row))
+    report.used = len(out)
+    return out, report, manifest
 
 
 def group_by_budget(order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:

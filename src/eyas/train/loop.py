@@ -1,7 +1,15 @@
-"""`eyas train`: EAGLE-3 drafter training with the target online.
+"""`eyas train`: EAGLE-3 drafter training.
 
     eyas train --target MODEL_DIR --data runs/x/generate --out runs/x/drafter --steps 2000
+    eyas train --target MODEL_DIR --hidden-states runs/x/capture --out runs/x/drafter
+    eyas train --target MODEL_DIR --data runs/x/generate --capture-ahead 8 \
+        --capture-backend vllm --capture-url http://capture:8000 --out runs/x/drafter
     torchrun --nproc-per-node 8 -m eyas.cli train --config train.toml     # DDP (FSDP2: fsdp=true)
+
+Three sources for the target's states: the target online in this process (transformers;
+small targets), an `eyas capture` directory (`--hidden-states`; only the target's embedding,
+final norm and lm_head are loaded), or a capture streamed ahead of training through the engine
+(`--capture-ahead N`, disk bounded to N batches).
 
 Skeleton: setup (data, vocab, target, drafter, optimizer) / train / save_checkpoint / cleanup.
 Resuming is automatic: rerun the same command and it continues from `OUT/checkpoints/latest`
@@ -16,6 +24,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,22 +44,27 @@ from eyas.train.checkpoint import (
     save_checkpoint,
     save_drafter,
 )
-from eyas.train.data import Sequence, check_token_ids, load_sequences, make_batches
-from eyas.train.loss import step_mask, ttt_loss
+from eyas.train.data import (
+    Sequence,
+    check_token_ids,
+    load_captured_sequences,
+    load_sequences,
+    make_batches,
+)
+from eyas.train.loss import Teacher, step_mask, ttt_loss
 from eyas.train.metrics import acceptance_estimate, truncate_metrics
-from eyas.train.target import TargetModel
+from eyas.train.target import CapturedTarget, OnlineTarget
 
 
-def _collate(seqs: list[Sequence], device: str):
+def _collate(seqs: list[Sequence], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and supervision [B, T] (padding is never supervised)."""
     width = max(len(s.ids) for s in seqs)
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     sup = torch.zeros(len(seqs), width, dtype=torch.long)
-    attn = torch.zeros(len(seqs), width, dtype=torch.long)
     for r, s in enumerate(seqs):
         ids[r, : len(s.ids)] = torch.tensor(s.ids)
         sup[r, : len(s.ids)] = torch.tensor(s.supervised)
-        attn[r, : len(s.ids)] = 1
-    return ids.to(device), sup.to(device), attn.to(device)
+    return ids.to(device), sup.to(device)
 
 
 class Trainer:
@@ -71,46 +85,63 @@ class Trainer:
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
-        target_cfg = model_config(cfg.target)
-        self.max_len = cfg.max_len or target_cfg.get("max_position_embeddings") or 4096
-        quarantined, self.quarantine_file = quarantined_ids(
-            cfg.data, cfg.quarantine, cfg.include_quarantined
-        )
-        self.seqs, self.data_report = load_sequences(
-            cfg.data, self.max_len, cfg.length_policy, cfg.include_truncated, quarantined
-        )
+        tcfg = model_config(cfg.target)
+        self.max_len = cfg.max_len or tcfg.get("max_position_embeddings") or 4096
+        self.stream = None
+        self.quarantine_file = None
+        if cfg.hidden_states is not None:
+            self.seqs, self.data_report, manifest = load_captured_sequences(
+                cfg.hidden_states, self.max_len, cfg.length_policy
+            )
+            self.target = CapturedTarget(cfg.target, manifest, self.device)
+        else:
+            quarantined, self.quarantine_file = quarantined_ids(
+                cfg.data, cfg.quarantine, cfg.include_quarantined
+            )
+            self.seqs, self.data_report = load_sequences(
+                cfg.data, self.max_len, cfg.length_policy, cfg.include_truncated, quarantined
+            )
         if not self.seqs:
             raise EyasError(
                 "no_training_data",
-                f"no usable training samples in {cfg.data}: {self.data_report.as_dict()}",
+                f"no usable training samples in {cfg.hidden_states or cfg.data}: "
+                f"{self.data_report.as_dict()}",
             )
-        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.target = TargetModel(
-            cfg.target, cfg.aux_layers, self.device, dtype, cfg.trust_remote_code
-        )
-        check_token_ids(self.seqs, self.target.vocab_size, cfg.data)
+        if tcfg.get("vocab_size"):
+            check_token_ids(self.seqs, tcfg["vocab_size"], cfg.hidden_states or cfg.data)
+        if cfg.capture_ahead:
+            from eyas.capture.run import capture_layers
+
+            layers, _ = capture_layers(cfg.target, cfg.aux_layers)
+            self.target = CapturedTarget(cfg.target, {"aux_layers": layers[:3]}, self.device)
+            self.stream_layers = layers
+        elif cfg.hidden_states is None:
+            dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+            self.target = OnlineTarget(
+                cfg.target, cfg.aux_layers, self.device, dtype, cfg.trust_remote_code
+            )
+        check_token_ids(self.seqs, self.target.vocab_size, cfg.hidden_states or cfg.data)
         vocab = self._vocab()
-        tcfg = self.target.model.config
         dcfg = DrafterConfig(
             hidden_size=self.target.hidden_size,
-            intermediate_size=cfg.intermediate_size or tcfg.intermediate_size,
-            num_attention_heads=tcfg.num_attention_heads,
-            num_key_value_heads=getattr(tcfg, "num_key_value_heads", tcfg.num_attention_heads),
+            intermediate_size=cfg.intermediate_size or tcfg["intermediate_size"],
+            num_attention_heads=tcfg["num_attention_heads"],
+            num_key_value_heads=tcfg.get("num_key_value_heads", tcfg["num_attention_heads"]),
             vocab_size=self.target.vocab_size,
             draft_vocab_size=vocab["draft_vocab_size"],
             target_hidden_size=self.target.hidden_size,
             aux_layer_ids=self.target.aux_layers,
-            max_position_embeddings=getattr(tcfg, "max_position_embeddings", cfg.max_len),
-            rms_norm_eps=getattr(tcfg, "rms_norm_eps", 1e-6),
+            max_position_embeddings=max(self.max_len, tcfg.get("max_position_embeddings") or 0),
+            rms_norm_eps=tcfg.get("rms_norm_eps", 1e-6),
             rope_theta=float(
-                getattr(tcfg, "rope_theta", None)
-                or (getattr(tcfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+                tcfg.get("rope_theta")
+                or (tcfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
             ),
             target_num_layers=self.target.num_layers,
         )
         model = Eagle3Drafter(dcfg)
         with torch.no_grad():
-            model.embed_tokens.weight.copy_(self.target.input_embedding().float())
+            model.embed_tokens.weight.copy_(self.target.embedding().float())
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
         self.raw_model = model.to(self.device)
@@ -133,6 +164,40 @@ class Trainer:
             self.log(f"resumed from {ckpt.name} (step {self.step})")
             if self.rank == 0:
                 truncate_metrics(cfg.out / "metrics.jsonl", self.step)
+        if cfg.capture_ahead:
+            self._start_stream()
+
+    def _start_stream(self) -> None:
+        from eyas.train.stream import CaptureStream
+
+        cfg = self.cfg
+
+        def make_backend():
+            if cfg.capture_backend == "local":
+                from eyas.capture.backends import LocalCapture
+
+                return LocalCapture(cfg.target, self.stream_layers, cfg.trust_remote_code)
+            import aiohttp
+
+            from eyas.capture.backends import VLLMCapture
+
+            if not cfg.capture_urls:
+                raise EyasError("bad_flag", "--capture-backend vllm needs --capture-url")
+            return VLLMCapture(cfg.capture_urls[0], aiohttp.ClientSession())
+
+        def global_batch(position: int) -> list[Sequence]:
+            return [self.seqs[i] for i in self._global_batch(position)]
+
+        self.stream = CaptureStream(
+            cfg.out / "spool",
+            global_batch,
+            make_backend,
+            cfg.capture_ahead,
+            torch.bfloat16 if self.device.startswith("cuda") else torch.float32,
+            self.log,
+        )
+        if self.rank == 0:
+            self.stream.start(self.batches_done)
 
     @property
     def sharded(self) -> bool:
@@ -148,6 +213,7 @@ class Trainer:
             from torch.distributed.fsdp import fully_shard
 
             fully_shard(model.midlayer)
+            fully_shard(model.lm_head)  # the loss calls it chunk by chunk, outside forward
             sharded = fully_shard(model)
             if self.rank == 0:
                 self.log(f"drafter sharded with FSDP2 across {self.world} ranks")
@@ -183,14 +249,23 @@ class Trainer:
 
     # -- train ----------------------------------------------------------------------------------
 
-    def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
-        """This rank's share of global batch `position`, and its loss weight. A rank left
-        without sequences still runs one (weight 0) so DDP's collective backward matches."""
+    def _global_batch(self, position: int) -> list[int]:
         epoch_batches = make_batches(
             self.seqs, self.cfg.batch_tokens, self.cfg.seed, position // max(1, self._epoch_len())
         )
-        batch = epoch_batches[position % len(epoch_batches)]
+        return epoch_batches[position % len(epoch_batches)]
+
+    def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
+        """This rank's share of global batch `position`, and its loss weight. A rank left
+        without sequences still runs one (weight 0) so DDP's collective backward matches."""
+        batch = self._global_batch(position)
         mine = [self.seqs[i] for i in batch[self.rank :: self.world]]
+        if self.stream is not None:  # this batch's states, from the spool
+            rows = self.stream.rows(position)
+            mine = [replace(s, source=rows[s.id]) for s in mine]
+            if not mine:
+                mine = [replace(self.seqs[batch[0]], source=rows[self.seqs[batch[0]].id])]
+                return mine, 0.0
         return (mine, 1.0) if mine else ([self.seqs[batch[0]]], 0.0)
 
     def _epoch_len(self) -> int:
@@ -198,10 +273,10 @@ class Trainer:
             self._len = len(make_batches(self.seqs, self.cfg.batch_tokens, self.cfg.seed, 0))
         return self._len
 
-    def _target_outputs(self, ids: torch.Tensor, attn: torch.Tensor):
-        """aux hidden states [B, T, 3H] and logits [B, T, V] of the frozen target (a seam for
-        bench_train, which times the drafter step on precomputed target outputs)."""
-        return self.target(ids, attn)
+    def _target_outputs(self, ids: torch.Tensor, seqs: list[Sequence]):
+        """aux hidden states [B, T, 3H] and final hidden states [B, T, H] of the target (a
+        seam for bench_train, which times the drafter step on precomputed target outputs)."""
+        return self.target(ids, seqs)
 
     def _train_step(self) -> dict:
         cfg = self.cfg
@@ -210,9 +285,9 @@ class Trainer:
         counts = torch.zeros(cfg.ttt, dtype=torch.float64)
         collated = []
         for seqs, weight in micro:
-            ids, sup, attn = _collate(seqs, self.device)
+            ids, sup = _collate(seqs, self.device)
             sup = sup * int(weight)
-            collated.append((ids, sup, attn))
+            collated.append((ids, sup, seqs))
             for k in range(cfg.ttt):
                 counts[k] += float(step_mask(sup, k).sum())
         if self.world > 1:
@@ -222,8 +297,9 @@ class Trainer:
         totals = [[0.0, 0, 0, 0] for _ in range(cfg.ttt)]
         loss_value = 0.0
         draft_ids = self.raw_model.draft_to_target()
-        for ids, sup, attn in collated:
-            aux, target_logits = self._target_outputs(ids, attn)
+        head = self.target.head()
+        for ids, sup, seqs in collated:
+            aux, final = self._target_outputs(ids, seqs)
             autocast = (
                 torch.autocast("cuda", dtype=torch.bfloat16)
                 if self.device.startswith("cuda")
@@ -232,18 +308,20 @@ class Trainer:
             with autocast:
                 # index j reads x_{j+1} and the target's h_j
                 inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
-                logits = self.model(
+                step_hidden = self.model(
                     inputs, aux.float() if not self.device.startswith("cuda") else aux, cfg.ttt
                 )
-            loss, stats = ttt_loss(
-                logits,
-                target_logits,
-                sup,
-                draft_ids,
-                self.raw_model.t2d,
-                counts.tolist(),
-                cfg.loss_decay,
-            )
+                loss, stats = ttt_loss(
+                    step_hidden,
+                    Teacher(final, head),
+                    sup,
+                    self.raw_model.lm_head,
+                    draft_ids,
+                    self.raw_model.t2d,
+                    counts.tolist(),
+                    cfg.loss_decay,
+                    cfg.chunk_len,
+                )
             (loss * scale).backward()
             loss_value += float(loss.detach())
             for k, s in enumerate(stats):
@@ -264,6 +342,12 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.stream is not None:
+            if self.world > 1:
+                dist.barrier()  # every rank has read these batches' states
+            if self.rank == 0:
+                for m in range(cfg.grad_accum):
+                    self.stream.done(self.batches_done + m)
         self.batches_done += cfg.grad_accum
         self.step += 1
         return {
@@ -329,6 +413,10 @@ class Trainer:
                         **self.data_report.as_dict(),
                         "max_len": self.max_len,
                         "quarantine": str(self.quarantine_file) if self.quarantine_file else None,
+                        "source": "captured"
+                        if self.cfg.hidden_states
+                        else ("streamed" if self.cfg.capture_ahead else "online"),
+                        "target_tensors_loaded": self.target.loaded_tensors,
                     },
                     "steps": self.step,
                 },
@@ -337,6 +425,8 @@ class Trainer:
         return out
 
     def cleanup(self) -> None:
+        if getattr(self, "stream", None) is not None:
+            self.stream.stop()
         if self.world > 1 and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

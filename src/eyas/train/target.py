@@ -1,9 +1,16 @@
-"""The frozen target, run online in the training loop: three auxiliary hidden states and the
-next-token distribution, captured with transformers (anchors.md #22: no server internals).
+"""The target's side of training: three auxiliary hidden states and the final hidden state
+(after the final norm) per token, plus the target's input embedding and output head.
+
+Two sources give the same tensors:
+- `OnlineTarget` runs the frozen target here (transformers): for targets that fit in the
+  training process (the toy, small models);
+- `CapturedTarget` reads what `eyas capture` stored (through vLLM's hidden-state extraction for
+  a served target such as Kimi-K2.5) and loads only the embedding, the final norm and the
+  lm_head from the target checkpoint, by tensor name: no target forward runs.
 
 Layer ids use the HF `hidden_states` index, which is also the SGLang/vLLM capture id: index 0
-is the embedding output, index i the residual entering layer i (anchors.md §4.1). The ids are
-written into the export so serving captures the same layers (anchors.md #42).
+is the embedding output, index i the residual entering layer i. The last layer is captured
+before the final norm (the engines' convention), and the norm is applied here.
 """
 
 from __future__ import annotations
@@ -13,7 +20,15 @@ from pathlib import Path
 import torch
 
 from eyas.errors import EyasError
-from eyas.hf_models import load_frozen_lm
+from eyas.hf_models import (
+    EMBEDDING_NAMES,
+    FINAL_NORM_NAMES,
+    LM_HEAD_NAMES,
+    load_frozen_lm,
+    load_named_tensors,
+    model_config,
+)
+from eyas.store.captures import StateReader
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
@@ -24,7 +39,9 @@ def default_aux_layers(num_layers: int) -> list[int]:
         return ids
     ids = [1, max(2, num_layers // 2), num_layers - 1]
     if len(set(ids)) != 3:
-        raise ValueError(f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers")
+        raise EyasError(
+            "bad_aux_layers", f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers"
+        )
     return ids
 
 
@@ -38,7 +55,13 @@ def check_aux_layers(aux_layers: list[int], num_layers: int) -> None:
         )
 
 
-class TargetModel:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The Llama/DeepSeek/Kimi RMSNorm, in float32."""
+    x = x.float()
+    return weight.float() * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+class OnlineTarget:
     def __init__(
         self,
         model_dir: str | Path,
@@ -55,23 +78,71 @@ class TargetModel:
         self.aux_layers = aux_layers or default_aux_layers(self.num_layers)
         check_aux_layers(self.aux_layers, self.num_layers)
         self.device = device
+        self.loaded_tensors = "the whole model"
 
-    def input_embedding(self) -> torch.Tensor:
+    def embedding(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight.detach()
 
+    def head(self) -> torch.Tensor:
+        return self.model.get_output_embeddings().weight.detach()
+
     @torch.no_grad()
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        """input_ids, attention_mask: [B, T] -> aux [B, T, 3*H], logits [B, T, V]."""
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            output_hidden_states=True,
-            use_cache=False,
+    def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids: [B, T] (right-padded) -> aux [B, T, 3H], final [B, T, H].
+
+        The base model runs without the lm_head (no [T, V] logits) and without an attention
+        mask: right padding never reaches a real token through causal attention, and a
+        causal-only call keeps the fused attention kernels (no [T, T] mask)."""
+        out = self.model.get_decoder()(
+            input_ids=input_ids, output_hidden_states=True, use_cache=False
         )
         states = out.hidden_states
         if len(states) != self.num_layers + 1:  # the off-by-one that bit vLLM/TorchSpec
             raise RuntimeError(f"expected {self.num_layers + 1} hidden states, got {len(states)}")
         aux = torch.cat([states[i] for i in self.aux_layers], -1)
-        if aux.shape[-1] != 3 * self.hidden_size:
-            raise RuntimeError(f"aux hidden width {aux.shape[-1]} != 3 x {self.hidden_size}")
-        return aux, out.logits
+        return aux, out.last_hidden_state
+
+
+class CapturedTarget:
+    """The target's states from an `eyas capture` directory; nothing but three named tensors
+    of the checkpoint is loaded."""
+
+    def __init__(self, model_dir: str | Path, manifest: dict, device: str = "cpu"):
+        cfg = model_config(model_dir)
+        self.num_layers = cfg["num_hidden_layers"]
+        self.hidden_size = cfg["hidden_size"]
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.aux_layers = list(manifest["aux_layers"])
+        check_aux_layers(self.aux_layers, self.num_layers)
+        found, self.loaded_tensors = load_named_tensors(
+            model_dir,
+            {"embed": EMBEDDING_NAMES, "norm": FINAL_NORM_NAMES, "head": LM_HEAD_NAMES},
+        )
+        if "head" not in found and cfg.get("tie_word_embeddings"):
+            found["head"] = found.get("embed")
+        missing = [k for k in ("embed", "norm", "head") if k not in found]
+        if missing:
+            raise EyasError("bad_target", f"{model_dir}: no {missing} tensors found by name")
+        self._embed = found["embed"].to(device)
+        self._norm = found["norm"].to(device)
+        self._head = found["head"].to(device)
+        self.vocab_size = self._head.shape[0]
+        self.device = device
+        self.reader = StateReader()
+
+    def embedding(self) -> torch.Tensor:
+        return self._embed
+
+    def head(self) -> torch.Tensor:
+        return self._head
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t = input_ids.shape
+        states = torch.zeros(b, t, 4, self.hidden_size)
+        for r, seq in enumerate(seqs):
+            n = len(seq.ids)
+            states[r, :n] = self.reader.read(seq.source, n).float()
+        states = states.to(self.device)
+        aux = states[:, :, :3].reshape(b, t, 3 * self.hidden_size)
+        return aux, rms_norm(states[:, :, 3], self._norm, self.eps)

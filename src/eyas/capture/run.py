@@ -1,0 +1,262 @@
+"""`eyas capture`: the target's hidden states for drafter training, through the engine that
+serves it.
+
+    eyas capture --target /models/Kimi-K2.5 --data runs/k/generate --out runs/k/capture \\
+        --backend vllm --url http://capture-host:8000
+    eyas capture --target DIR --data runs/x/generate --out runs/x/capture \\
+        --backend vllm --vllm-python ~/.venvs/vllm/bin/python      # eyas starts the server
+    eyas capture --target DIR --data runs/x/generate --out runs/x/capture   # in process
+
+Each trainable sample (the store's rule, quarantine honoured) is prefilled once as
+`prompt_ids + output_ids`; the aux layers and the last layer are stored in safetensors shards
+(`eyas.store.captures`). Like generate it resumes by id (rerun the same command), commits
+shards atomically, retries transport and 5xx failures and records permanent ones with their
+reason in `errors.jsonl`, and bounds in-flight requests. Before starting it prints bytes per
+token x tokens, and refuses when the output filesystem lacks the space (unless `--force`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import torch
+
+from eyas import __version__
+from eyas.backends.base import BackendError
+from eyas.config import CaptureConfig
+from eyas.errors import EyasError, RefusedError
+from eyas.generate.engine import Stats
+from eyas.generate.progress import GenerationProgress
+from eyas.hf_models import model_config
+from eyas.jsonl import write_json
+from eyas.records import RequestError
+from eyas.store import load_table, quarantined_ids, select_trainable
+from eyas.store.captures import CaptureWriter, captured_ids
+from eyas.train.target import check_aux_layers, default_aux_layers
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def capture_layers(target: Path, aux_layers: list[int] | None) -> tuple[list[int], dict]:
+    """(aux ids + [N], the target config): the last id is the final layer before its norm."""
+    cfg = model_config(target)
+    depth = cfg["num_hidden_layers"]
+    aux = aux_layers or default_aux_layers(depth)
+    check_aux_layers(aux, depth)
+    return [*aux, depth], cfg
+
+
+def bytes_per_token(hidden_size: int, num_layers: int, dtype: torch.dtype) -> int:
+    """States plus the stored input id (int32) and loss-mask entry (int8)."""
+    return num_layers * hidden_size * torch.tensor([], dtype=dtype).element_size() + 5
+
+
+def _check_space(out: Path, needed: int, force: bool, log: Callable[[str], None]) -> None:
+    free = shutil.disk_usage(out if out.exists() else out.parent).free
+    log(f"storage: {needed / 1e9:.2f} GB needed, {free / 1e9:.1f} GB free at {out}")
+    if needed > free and not force:
+        raise RefusedError(
+            "not_enough_disk",
+            f"the capture needs {needed / 1e9:.2f} GB and {out} has {free / 1e9:.1f} GB free; "
+            "free space, pick another --out, stream with `eyas train --capture-ahead`, or pass "
+            "--force",
+        )
+
+
+@contextlib.asynccontextmanager
+async def _backend(cfg: CaptureConfig, layers: list[int], target_cfg: dict, log):
+    """The configured capture backend (starting a local vLLM server when asked)."""
+    if cfg.backend == "local":
+        from eyas.capture.backends import LocalCapture
+
+        yield [LocalCapture(cfg.target, layers, cfg.trust_remote_code)]
+        return
+    import aiohttp
+
+    from eyas.capture.backends import VLLMCapture, plugin_env, vllm_capture_args
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        if cfg.urls:
+            yield [VLLMCapture(u, session, cfg.timeout_s) for u in cfg.urls]
+            return
+        from eyas.serving.vllm import vllm_server
+
+        storage = cfg.storage_dir or (cfg.out / ".incoming")
+        storage.mkdir(parents=True, exist_ok=True)
+        max_len = target_cfg.get("max_position_embeddings") or 4096
+        args = [
+            "--dtype",
+            "float32" if cfg.dtype == "float32" else "auto",
+            "--enforce-eager",
+            *vllm_capture_args(layers, storage, max_len),
+        ]
+        log(f"starting a vLLM capture server ({cfg.vllm_python})")
+        with vllm_server(
+            cfg.vllm_python,
+            cfg.target,
+            args=args,
+            env=plugin_env(),
+            log_path=cfg.out / "vllm-server.log",
+            ready_timeout_s=cfg.ready_timeout_s,
+        ) as url:
+            yield [VLLMCapture(url, session, cfg.timeout_s)]
+
+
+async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target_cfg, log) -> dict[str, Any]:
+    dtype = DTYPES[cfg.dtype]
+    writer = CaptureWriter(cfg.out, cfg.shard_size, dtype)
+    stats = Stats(total=len(jobs))
+    rng = random.Random()
+    servers: list[dict] = []
+    async with _backend(cfg, layers, target_cfg, log) as backends:
+        for b in backends:
+            try:
+                servers.append(await b.ready(cfg.ready_timeout_s))
+            except BackendError as exc:
+                raise RefusedError(exc.reason, exc.detail) from exc
+        queue = iter(jobs)
+        outstanding = [0] * len(backends)
+        with (
+            (cfg.out / "errors.jsonl").open("wb") as errors,
+            GenerationProgress(len(jobs), label="capture") as bar,
+        ):
+
+            async def one(job: dict) -> None:
+                for attempt in range(1, cfg.max_attempts + 1):
+                    k = outstanding.index(min(outstanding))
+                    outstanding[k] += 1
+                    try:
+                        states = await backends[k].capture(job["id"], job["ids"])
+                        break
+                    except BackendError as exc:
+                        if not exc.retryable or attempt == cfg.max_attempts:
+                            stats.failed += 1
+                            stats.reasons[exc.reason] += 1
+                            error = RequestError(
+                                job["id"], exc.reason, exc.detail, attempt, job["dataset"]
+                            )
+                            errors.write(orjson.dumps(error.to_dict()) + b"\n")
+                            errors.flush()
+                            return
+                        stats.retries += 1
+                        stats.retry_reasons[exc.reason] += 1
+                    finally:
+                        outstanding[k] -= 1
+                    await asyncio.sleep(min(30.0, 2 ** (attempt - 1)) * (0.5 + rng.random()))
+                if states.shape[1] != len(layers) or states.shape[0] != len(job["ids"]):
+                    raise EyasError(
+                        "bad_capture",
+                        f"{job['id']}: states {tuple(states.shape)} for {len(job['ids'])} tokens "
+                        f"and {len(layers)} layers",
+                    )
+                writer.add(job["id"], job["dataset"], states, job["ids"], job["mask"])
+                stats.samples += 1
+                stats.output_tokens += len(job["ids"])
+
+            async def worker() -> None:
+                for job in queue:
+                    await one(job)
+                    stats.done += 1
+                    bar.update(stats)
+
+            workers = cfg.concurrency * len(backends)
+            try:
+                await asyncio.gather(*(worker() for _ in range(min(workers, len(jobs)) or 1)))
+            finally:
+                writer.flush()
+                bar.update(stats, force=True)
+    return {"servers": servers, "this_run": stats.as_dict()}
+
+
+def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    layers, target_cfg = capture_layers(cfg.target, cfg.aux_layers)
+    table = load_table(cfg.data)
+    quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
+    keep, excluded = select_trainable(table, cfg.include_truncated, quarantined)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    done = captured_ids(cfg.out)
+    jobs = []
+    for i in keep:
+        ids = table.prompt.row(i).tolist() + table.output.row(i).tolist()
+        if cfg.max_len and len(ids) > cfg.max_len:
+            excluded["over_max_len"] += 1
+            continue
+        if table.ids[i] in done:
+            continue
+        vocab = target_cfg.get("vocab_size")
+        if vocab and max(ids) >= vocab:
+            raise EyasError("token_out_of_vocab", f"sample {table.ids[i]} holds ids >= {vocab}")
+        mask = [0] * len(table.prompt.row(i)) + table.supervised(i).astype(int).tolist()
+        jobs.append({"id": table.ids[i], "dataset": table.dataset[i], "ids": ids, "mask": mask})
+    if cfg.limit is not None:
+        jobs = jobs[: max(0, cfg.limit - len(done))]
+    dtype = DTYPES[cfg.dtype]
+    per_token = bytes_per_token(target_cfg["hidden_size"], len(layers), dtype)
+    tokens = sum(len(j["ids"]) for j in jobs)
+    log(
+        f"capture: {len(jobs)} samples to go ({len(done)} done), {tokens:,} tokens x "
+        f"{per_token:,} bytes/token"
+    )
+    _check_space(cfg.out, tokens * per_token, cfg.force, log)
+    started = time.time()
+    run = asyncio.run(_run(cfg, jobs, layers, target_cfg, log)) if jobs else {"this_run": {}}
+    captured = captured_ids(cfg.out)
+    manifest = {
+        "stage": "capture",
+        "eyas_version": __version__,
+        "input": str(cfg.data),
+        "target": {
+            "dir": str(cfg.target),
+            "config_sha256": _sha256((Path(cfg.target) / "config.json").read_bytes()),
+            "num_hidden_layers": target_cfg["num_hidden_layers"],
+            "hidden_size": target_cfg["hidden_size"],
+        },
+        "backend": cfg.backend,
+        "servers": run.get("servers", []),
+        "aux_layers": layers[:3],
+        "layers": layers,
+        "layer_convention": "hf hidden_states index; the last is the final layer before its norm",
+        "dtype": cfg.dtype,
+        "bytes_per_token": per_token,
+        "quarantine": str(qfile) if qfile else None,
+        "excluded": dict(excluded),
+        "counts": {
+            "samples": len(captured),
+            "tokens": _captured_tokens(cfg.out),
+            "failed": run.get("this_run", {}).get("failed", 0),
+        },
+        "failure_reasons": run.get("this_run", {}).get("failure_reasons", {}),
+        "this_run": {**run.get("this_run", {}), "started_unix": started},
+        "config": cfg.model_dump(mode="json"),
+    }
+    write_json(cfg.out / "manifest.json", manifest)
+    return manifest
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _captured_tokens(capture_dir: Path) -> int:
+    from safetensors import safe_open
+
+    from eyas.store.captures import capture_shards
+
+    total = 0
+    for path in capture_shards(capture_dir):
+        with safe_open(str(path), "pt") as st:
+            total += int(st.get_slice("input_ids").get_shape()[0])
+    return total
+
+
+__all__ = ["bytes_per_token", "capture_layers", "run_capture"]

@@ -1,0 +1,1 @@
+"""Serving engines eyas starts itself (single node: tests, CI, a workstation)."""

@@ -1,0 +1,163 @@
+"""Captured target hidden states: the `eyas capture` stage's output, read by `eyas train
+--hidden-states`.
+
+A capture directory holds `part-NNNNN.safetensors` shards, `manifest.json` and `errors.jsonl`.
+Each shard stores its samples back to back:
+- `hidden_states` [tokens, L, H]: per token of `prompt_ids + output_ids`, the target's aux
+  layers (in the manifest's order) and, last, its final layer before the final norm;
+- `input_ids` [tokens] int32 and `loss_mask` [tokens] int8 (1 = trained: 0 over the prompt,
+  the sample's supervision over the output);
+- `offsets` [n + 1] int64: sample i is rows offsets[i]:offsets[i+1];
+- metadata `ids` and `datasets` (JSON lists).
+Shards are written to a temporary name, fsynced and renamed, so a kill leaves whole shards;
+resume reads the ids in the committed shards' metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from eyas.errors import EyasError
+
+
+def capture_shards(capture_dir: str | Path) -> list[Path]:
+    return sorted(Path(capture_dir).glob("part-*.safetensors"))
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    with safe_open(str(path), "pt") as st:
+        return st.metadata() or {}
+
+
+def captured_ids(capture_dir: str | Path) -> set[str]:
+    ids: set[str] = set()
+    for path in capture_shards(capture_dir):
+        ids.update(json.loads(_metadata(path)["ids"]))
+    return ids
+
+
+@dataclass
+class CapturedRow:
+    """One captured sample: where its rows live, and its ids and mask."""
+
+    id: str
+    dataset: str
+    shard: Path
+    start: int
+    end: int
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+class CaptureWriter:
+    """Buffers captured samples and commits them as atomic safetensors shards."""
+
+    def __init__(self, capture_dir: str | Path, shard_size: int, dtype: torch.dtype):
+        self.dir = Path(capture_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.shard_size = shard_size
+        self.dtype = dtype
+        for stale in self.dir.glob(".part-*.tmp"):
+            stale.unlink()  # a shard that was being written when the process died
+        existing = [int(p.stem.split("-")[1]) for p in capture_shards(self.dir)]
+        self._next = max(existing, default=-1) + 1
+        self._rows: list[tuple[str, str, torch.Tensor, list[int], list[int]]] = []
+        self.num_committed = 0
+
+    def add(
+        self, sample_id: str, dataset: str, states: torch.Tensor, ids: list[int], mask: list[int]
+    ) -> None:
+        """states: [T, L, H] for the T = len(ids) tokens."""
+        if states.shape[0] != len(ids) or len(mask) != len(ids):
+            raise ValueError(f"{sample_id}: {states.shape[0]} states for {len(ids)} ids")
+        self._rows.append((sample_id, dataset, states.to(self.dtype), ids, mask))
+        if len(self._rows) >= self.shard_size:
+            self.flush()
+
+    def flush(self, name: str | None = None) -> Path | None:
+        """Commit the buffered samples as one shard (`name`: its file name instead of the next
+        `part-NNNNN`)."""
+        if not self._rows:
+            return None
+        lengths = [len(r[3]) for r in self._rows]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        tensors = {
+            "hidden_states": torch.cat([r[2] for r in self._rows]).contiguous(),
+            "input_ids": torch.tensor([t for r in self._rows for t in r[3]], dtype=torch.int32),
+            "loss_mask": torch.tensor([m for r in self._rows for m in r[4]], dtype=torch.int8),
+            "offsets": torch.from_numpy(offsets),
+        }
+        meta = {
+            "ids": json.dumps([r[0] for r in self._rows]),
+            "datasets": json.dumps([r[1] for r in self._rows]),
+        }
+        final = self.dir / (name or f"part-{self._next:05d}.safetensors")
+        tmp = self.dir / f".{final.stem}.tmp"
+        save_file(tensors, str(tmp), metadata=meta)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)  # the commit point
+        self._next += name is None
+        self.num_committed += len(self._rows)
+        self._rows = []
+        return final
+
+
+def read_shard_rows(path: Path) -> list[CapturedRow]:
+    """The samples of one committed shard (ids and masks; the states stay on disk)."""
+    meta = _metadata(path)
+    ids, datasets = json.loads(meta["ids"]), json.loads(meta["datasets"])
+    with safe_open(str(path), "pt") as st:
+        offsets = st.get_tensor("offsets").tolist()
+        input_ids = st.get_tensor("input_ids").tolist()
+        mask = st.get_tensor("loss_mask").tolist()
+    return [
+        CapturedRow(
+            sid,
+            ds,
+            path,
+            offsets[k],
+            offsets[k + 1],
+            input_ids[offsets[k] : offsets[k + 1]],
+            mask[offsets[k] : offsets[k + 1]],
+        )
+        for k, (sid, ds) in enumerate(zip(ids, datasets))
+    ]
+
+
+def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict]:
+    """Every captured sample (ids and masks; the states stay on disk) and the manifest."""
+    capture_dir = Path(capture_dir)
+    manifest_path = capture_dir / "manifest.json"
+    if not capture_dir.is_dir() or not manifest_path.exists():
+        raise EyasError("no_input", f"{capture_dir} is not an eyas capture (no manifest.json)")
+    rows: list[CapturedRow] = []
+    for path in capture_shards(capture_dir):
+        rows += read_shard_rows(path)
+    if not rows:
+        raise EyasError("no_input", f"{capture_dir} holds no captured shards")
+    return rows, json.loads(manifest_path.read_text())
+
+
+class StateReader:
+    """Reads captured rows ([T, L, H] slices) without loading whole shards."""
+
+    def __init__(self) -> None:
+        self._open: dict[Path, object] = {}
+
+    def read(self, row: CapturedRow, length: int | None = None) -> torch.Tensor:
+        handle = self._open.get(row.shard)
+        if handle is None:
+            if len(self._open) > 16:
+                self._open.clear()
+            handle = self._open[row.shard] = safe_open(str(row.shard), "pt")
+        end = row.end if length is None else row.start + length
+        return handle.get_slice("hidden_states")[row.start : end]
