@@ -4,11 +4,6 @@ transformers greedy decoding produces for the same prompt ids."""
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import time
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -20,90 +15,27 @@ from eyas.backends.vllm import VLLMBackend
 from eyas.cli import app
 from eyas.render import Renderer
 from eyas.render.run import render_file
+from eyas.serving.vllm import vllm_server
 from eyas.sources.run import convert_file
 from eyas.store import read_samples
 from eyas.toy.datasets import FAMILIES, family_rows
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def vllm_url(toy_tiny):
-    venv = (
-        subprocess.run(
-            ["bash", str(ROOT / "tools" / "vllm_env.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "HF_HUB_OFFLINE": "1",
-    }
-    log = open(Path(venv) / "server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            f"{venv}/bin/python",
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(toy_tiny),
-            "--served-model-name",
-            "toy-tiny",
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            "2048",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--enforce-eager",
-            "--enable-scale-out",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"vLLM exited: {(Path(venv) / 'server.log').read_text()[-3000:]}"
-                )
-            try:
-                import urllib.request
-
-                urllib.request.urlopen(url + "/v1/models", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            raise RuntimeError("vLLM did not become ready in 240 s")
+def vllm_url(vllm_python, toy_tiny, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-log") / "server.log"
+    args = [
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--enable-scale-out",
+    ]
+    with vllm_server(vllm_python, toy_tiny, args, log_path=log, served_name="toy-tiny") as url:
         yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +91,10 @@ def test_vllm_completions_equal_local_greedy(tmp_path, vllm_url, prompts, toy_ti
     stop = Renderer(toy_tiny).stop_token_ids()
     for s in samples:
         assert s.output_ids == hf_greedy(toy_tiny, s.prompt_ids, stop, 40), s.id
-        if s.finish_reason == "stop":
-            assert s.output_ids[-1] in stop and s.matched_stop == s.output_ids[-1]
+    stopped = [s for s in samples if s.finish_reason == "stop"]
+    assert stopped, "the toy answers these prompts within 40 tokens"
+    for s in stopped:  # the stop token is kept, and named
+        assert s.output_ids[-1] in stop and s.matched_stop == s.output_ids[-1]
     manifest = json.loads((tmp_path / "g" / "manifest.json").read_text())
     assert manifest["backend"]["servers"][0]["served_models"] == ["toy-tiny"]
 
@@ -177,7 +111,12 @@ def test_vllm_inference_generate_endpoint(vllm_url, prompts, toy_tiny):
             await backend.ready(30)
             return [
                 await backend.generate(
-                    GenRequest(r["id"], r["prompt_ids"], 30, {"temperature": 0.0})
+                    GenRequest(
+                        id=r["id"],
+                        prompt_ids=r["prompt_ids"],
+                        max_new_tokens=30,
+                        sampling={"temperature": 0.0},
+                    )
                 )
                 for r in rows[:3]
             ]

@@ -193,6 +193,7 @@ class Trainer:
             global_batch,
             make_backend,
             cfg.capture_ahead,
+            cfg.steps * cfg.grad_accum,
             torch.bfloat16 if self.device.startswith("cuda") else torch.float32,
             self.log,
         )
@@ -426,7 +427,7 @@ class Trainer:
 
     def cleanup(self) -> None:
         if getattr(self, "stream", None) is not None:
-            self.stream.stop()
+            self.stream.stop(finished=self.step >= self.cfg.steps)
         if self.world > 1 and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

@@ -32,6 +32,7 @@ class CaptureStream:
         batch_at: Callable[[int], list[Sequence]],
         make_backend: Callable[[], object],
         ahead: int,
+        end: int,
         dtype: torch.dtype = torch.bfloat16,
         log: Callable[[str], None] = print,
     ):
@@ -39,6 +40,7 @@ class CaptureStream:
         self.batch_at = batch_at  # the global batch (every rank's sequences) at a position
         self.make_backend = make_backend
         self.ahead = ahead
+        self.end = end  # positions the run will train: nothing past it is captured
         self.dtype = dtype
         self.log = log
         self.consumed = 0
@@ -74,7 +76,7 @@ class CaptureStream:
             with self._cv:
                 while not self._stop and position >= self.consumed + self.ahead:
                     self._cv.wait(0.5)
-                if self._stop:
+                if self._stop or position >= self.end:
                     return
             path = self.spool / spool_name(position)
             if not path.exists():
@@ -110,9 +112,13 @@ class CaptureStream:
             self.consumed = max(self.consumed, position + 1)
             self._cv.notify_all()
 
-    def stop(self) -> None:
+    def stop(self, finished: bool = False) -> None:
+        """Stop the producer; a finished run also clears the spool."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=60)
+        if finished:
+            for leftover in self.spool.glob("batch-*.safetensors"):
+                leftover.unlink()
