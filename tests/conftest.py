@@ -69,3 +69,25 @@ def toy_samples(tmp_path_factory, toy_tiny):
     path = tmp_path_factory.mktemp("samples") / "samples.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_drafter(tmp_path_factory, toy_tiny, toy_samples):
+    """A drafter trained briefly on the toy samples: it is accepted often, not always."""
+    from eyas.config import TrainConfig
+    from eyas.train.loop import run_train
+
+    out = tmp_path_factory.mktemp("drafter")
+    cfg = TrainConfig(
+        target=toy_tiny,
+        data=toy_samples,
+        out=out,
+        steps=60,
+        ttt=3,
+        draft_vocab=400,
+        batch_tokens=3000,
+        lr=3e-3,
+        warmup_steps=5,
+        checkpoint_every=1000,
+    )
+    return run_train(cfg, log=lambda s: None)

@@ -497,6 +497,7 @@ def export_samples_cmd(
     "max_new_tokens",
     "limit",
     "baseline",
+    "lossless_check",
     Flag("json_out", "--json"),
     "trust_remote_code",
 )

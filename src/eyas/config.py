@@ -342,6 +342,11 @@ class EvalConfig(_Strict):
     max_new_tokens: int = Field(256, ge=1)
     limit: int | None = Field(None, ge=1, description="prompts per dataset")
     baseline: bool = Field(False, description="served: also run without the drafter (speedup)")
+    lossless_check: bool = Field(
+        True,
+        description="at temperature 0, compare the outputs with the target's greedy decoding "
+        "(served: the baseline run, else the target loaded here)",
+    )
     seed: int = 0
     json_out: Path | None = Field(None, description="write the result as JSON")
     trust_remote_code: bool = False

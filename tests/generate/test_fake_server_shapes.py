@@ -68,3 +68,67 @@ def test_chat_answers_in_vllm_shape_with_return_token_ids(want_ids):
         assert words == [f"w{t}" for t in choice["token_ids"][:-1]]
     else:
         assert body["prompt_token_ids"] is None and choice["token_ids"] is None
+
+
+def _status(url: str, payload: dict | None = None) -> int:
+    import urllib.error
+
+    try:
+        if payload is None:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return resp.status
+        _post(url, payload)
+        return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_fake_behaves_like_sglang(toy_tiny):
+    """Vocabulary ids with think and tool markers, stops on a stop id or EOS with the id kept,
+    text decoded per skip_special_tokens, 503 while loading, 400 past the context length,
+    server info, and no ids on an abort before prefill."""
+    import time
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(toy_tiny)
+    vocab = tok.get_vocab()
+    end = vocab["<|im_end|>"]
+    args = ("--tokenizer", str(toy_tiny), "--context-length", "64", "--load-s", "1.5")
+    with fake_sglang_server(*args) as url:
+        assert _status(url + "/health") == 503
+        assert _status(url + "/generate", {"input_ids": [5, 6], "sampling_params": {}}) == 503
+        time.sleep(1.6)
+        assert _status(url + "/health") == 200
+        info = json.loads(urllib.request.urlopen(url + "/get_server_info").read())
+        assert info["context_length"] == 64 and "version" in info
+        assert _status(url + "/generate", {"input_ids": [5] * 64, "sampling_params": {}}) == 400
+        markers = {vocab["</think>"], vocab["<|tool_calls_section_begin|>"]}
+        seen_markers: set[int] = set()
+        for seed in range(12):
+            prompt = [7 + seed, 9, 11]
+            params = {"max_new_tokens": 200, "stop_token_ids": [end], "skip_special_tokens": False}
+            out = _post(url + "/generate", {"input_ids": prompt, "sampling_params": params})
+            ids = out["output_ids"]
+            assert all(0 <= t < len(vocab) for t in ids)
+            assert ids[-1] == end and out["meta_info"]["finish_reason"] == {
+                "type": "stop",
+                "matched": end,
+            }
+            assert end not in ids[:-1]
+            assert out["text"] == tok.decode(ids, skip_special_tokens=False)
+            seen_markers |= markers & set(ids)
+            skipped = _post(
+                url + "/generate",
+                {"input_ids": prompt, "sampling_params": {**params, "skip_special_tokens": True}},
+            )
+            assert skipped["output_ids"] == ids and "</think>" not in skipped["text"]
+        assert seen_markers == markers  # reasoning and tool-call sections both occur
+        eos = _post(
+            url + "/generate", {"input_ids": [3, 4, 5], "sampling_params": {"max_new_tokens": 200}}
+        )
+        assert eos["output_ids"][-1] == tok.eos_token_id  # EOS stops without stop_token_ids
+    with fake_sglang_server("--fault-rate", "1", "--faults", "abort") as url:
+        out = _post(url + "/generate", {"input_ids": [5, 6], "sampling_params": {}})
+        assert out["output_ids"] == [] and out["meta_info"]["finish_reason"]["type"] == "abort"
+        assert out["meta_info"]["completion_tokens"] == 0

@@ -7,6 +7,21 @@ request, so a retried request can succeed:
 
     python -m eyas.testing.fake_sglang --port 0 --fault-rate 0.15 \\
         --faults 500,503,429,400,hang,reset,malformed,abort,slow --seed 1
+    python -m eyas.testing.fake_sglang --tokenizer DIR --context-length 2048 --load-s 2 \\
+        --spec-steps 3
+
+Behaviour that matches SGLang's:
+- with `--tokenizer`, outputs are ids of that vocabulary, shaped like a thinking model's
+  (reasoning, `</think>`, content, sometimes a tool-call section), cut at the first stop id or
+  EOS (unless `ignore_eos`), with the matched id kept in `output_ids` and `text` decoded with
+  `skip_special_tokens` (SGLang's default: true);
+- `/health` (and `/generate`) answer 503 for `--load-s` seconds after start, while "loading";
+- a prompt of `--context-length` tokens or more is a 400;
+- `/get_server_info` serves the server arguments;
+- an abort before prefill returns no ids;
+- with `--spec-steps K`, `meta_info` carries `spec_verify_ct`, `spec_num_correct_drafts` and
+  `spec_num_proposed_drafts` as an EAGLE server reports them (the first token comes from
+  prefill; each verify step accepts a deterministic 0..K drafts plus one bonus token).
 
 The first stdout line is `PORT <n>` once the server listens.
 """
@@ -72,6 +87,10 @@ class FakeSGLang:
         slow_s: float = 0.3,
         model_path: str = "/models/fake",
         fixed_len: int | None = None,
+        tokenizer_dir: str | None = None,
+        context_length: int | None = None,
+        load_s: float = 0.0,
+        spec_steps: int = 0,
     ):
         self.fault_rate = fault_rate
         self.faults = faults
@@ -82,20 +101,84 @@ class FakeSGLang:
         self.fixed_len = fixed_len
         self.num_requests = 0
         self.num_faults = 0
+        self.context_length = context_length
+        self.spec_steps = spec_steps
+        self.load_s = load_s
+        self.ready_at = 0.0  # set when the server starts listening
+        self.tokenizer = None
+        if tokenizer_dir:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            self.vocab = self.tokenizer.get_vocab()
+
+    def _loading(self) -> web.Response | None:
+        if time.time() < self.ready_at:
+            return web.json_response({"error": {"message": "Server is loading"}}, status=503)
+        return None
+
+    def _vocab_output(self, input_ids: list[int], params: dict) -> tuple[list[int], dict]:
+        """A thinking model's output in this vocabulary, deterministic in the prompt."""
+        h = zlib.crc32(orjson.dumps(input_ids))
+        rng = random.Random(h)
+        special = set(self.tokenizer.all_special_ids)
+        words = [i for i in range(len(self.vocab)) if i not in special]
+        v = self.vocab
+        ids = [rng.choice(words) for _ in range(rng.randint(3, 30))]
+        if "</think>" in v:
+            ids.append(v["</think>"])
+        ids += [rng.choice(words) for _ in range(rng.randint(1, 40))]
+        if "<|tool_calls_section_begin|>" in v and h % 3 == 0:
+            ids += [v["<|tool_calls_section_begin|>"], v["<|tool_call_begin|>"]]
+            ids += self.tokenizer.encode("functions.lookup:0", add_special_tokens=False)
+            ids += [v["<|tool_call_argument_begin|>"]]
+            ids += self.tokenizer.encode('{"q": 1}', add_special_tokens=False)
+            ids += [v["<|tool_call_end|>"], v["<|tool_calls_section_end|>"]]
+        asked = list(params.get("stop_token_ids") or [])
+        stops = set(asked)
+        eos = self.tokenizer.eos_token_id
+        if not params.get("ignore_eos") and eos is not None:
+            stops.add(eos)
+        # the model ends its turn with the end-of-turn token asked for, else with EOS
+        ids.append(asked[0] if asked else eos if eos is not None else rng.choice(words))
+        cap = int(params.get("max_new_tokens", 128))
+        for k, t in enumerate(ids[:cap]):
+            if t in stops:
+                return ids[: k + 1], {"type": "stop", "matched": t}
+        return ids[:cap], {"type": "length", "length": cap}
+
+    def _spec_meta(self, num_ids: int, seed: int) -> dict:
+        """EAGLE counters for an output of `num_ids` tokens: verify steps after the prefill
+        token, each accepting a deterministic 0..K drafts plus the bonus token."""
+        rng = random.Random(seed)
+        produced, steps, correct = 1, 0, 0
+        while produced < num_ids:
+            accepted = min(rng.randint(0, self.spec_steps), num_ids - produced - 1)
+            produced += accepted + 1
+            correct += accepted
+            steps += 1
+        return {
+            "spec_verify_ct": steps,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": steps * self.spec_steps,
+        }
 
     def _one(
         self, input_ids, params: dict, rid: str, return_logprob: bool, fault: str | None
     ) -> dict:
         start = time.perf_counter()
-        ids, finish = fake_output(
-            input_ids,
-            int(params.get("max_new_tokens", 128)),
-            list(params.get("stop_token_ids") or []),
-            fixed_len=self.fixed_len,
-        )
-        if fault == "abort":
+        if self.tokenizer is not None:
+            ids, finish = self._vocab_output(input_ids, params)
+        else:
+            ids, finish = fake_output(
+                input_ids,
+                int(params.get("max_new_tokens", 128)),
+                list(params.get("stop_token_ids") or []),
+                fixed_len=self.fixed_len,
+            )
+        if fault == "abort":  # aborted before prefill: nothing was generated
             ids, finish = (
-                ids[: len(ids) // 2],
+                [],
                 {
                     "type": "abort",
                     "message": "Abort before prefill",
@@ -122,9 +205,18 @@ class FakeSGLang:
             meta["input_token_logprobs"] = []
             meta["output_token_logprobs"] = [[-1.0, t, None] for t in ids]
             meta["output_token_logprobs_length"] = len(ids)
-        return {"text": f" <{len(ids)} fake tokens>", "output_ids": ids, "meta_info": meta}
+        if self.spec_steps and ids:
+            meta.update(self._spec_meta(len(ids), zlib.crc32(orjson.dumps(input_ids))))
+        if self.tokenizer is not None:
+            skip = params.get("skip_special_tokens", True)
+            text = self.tokenizer.decode(ids, skip_special_tokens=skip)
+        else:
+            text = f" <{len(ids)} fake tokens>"
+        return {"text": text, "output_ids": ids, "meta_info": meta}
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        if (busy := self._loading()) is not None:
+            return busy
         self.num_requests += 1
         fault = None
         if self.faults and self.rng.random() < self.fault_rate:
@@ -161,6 +253,16 @@ class FakeSGLang:
             return web.Response(body=b'{"text": "trunc', content_type="application/json")
         params = payload.get("sampling_params") or {}
         rid = payload.get("rid") or uuid.uuid4().hex
+        batch = input_ids if isinstance(input_ids[0], list) else [input_ids]
+        too_long = next(
+            (x for x in batch if self.context_length and len(x) >= self.context_length), None
+        )
+        if too_long is not None:
+            message = (
+                f"The input ({len(too_long)} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens)."
+            )
+            return web.json_response({"error": {"message": message}}, status=400)
         logprob = bool(payload.get("return_logprob"))
         if isinstance(input_ids[0], list):  # batch form
             plist = params if isinstance(params, list) else [params] * len(input_ids)
@@ -173,7 +275,23 @@ class FakeSGLang:
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        return self._loading() or web.Response(status=200)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": self.model_path,
+                "tokenizer_path": self.model_path,
+                "context_length": self.context_length,
+                "skip_tokenizer_init": False,
+                "speculative_algorithm": "EAGLE3" if self.spec_steps else None,
+                "speculative_num_steps": self.spec_steps or None,
+                "max_total_num_tokens": 65536,
+                "max_req_input_len": (self.context_length or 65536) - 1,
+                "internal_states": [{"last_gen_throughput": 0.0}],
+                "version": "0.5.23-fake",
+            }
+        )
 
     async def model_info(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -244,6 +362,7 @@ class FakeSGLang:
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health)
         app.router.add_get("/get_model_info", self.model_info)
+        app.router.add_get("/get_server_info", self.server_info)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         return app
@@ -255,13 +374,23 @@ async def _serve(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
     server = FakeSGLang(
-        args.fault_rate, faults, args.seed, args.hang_s, args.slow_s, fixed_len=args.fixed_len
+        args.fault_rate,
+        faults,
+        args.seed,
+        args.hang_s,
+        args.slow_s,
+        fixed_len=args.fixed_len,
+        tokenizer_dir=args.tokenizer,
+        context_length=args.context_length,
+        load_s=args.load_s,
+        spec_steps=args.spec_steps,
     )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server.ready_at = time.time() + server.load_s  # "loading" starts now
     print(f"PORT {port}", flush=True)
     await asyncio.Event().wait()
 
@@ -277,6 +406,10 @@ def main() -> None:
     ap.add_argument("--hang-s", type=float, default=30.0)
     ap.add_argument("--slow-s", type=float, default=0.3)
     ap.add_argument("--fixed-len", type=int, default=None, help="every output this long")
+    ap.add_argument("--tokenizer", default=None, help="emit ids of this tokenizer's vocabulary")
+    ap.add_argument("--context-length", type=int, default=None)
+    ap.add_argument("--load-s", type=float, default=0.0, help="seconds of 503 while loading")
+    ap.add_argument("--spec-steps", type=int, default=0, help="report EAGLE counters for K steps")
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))

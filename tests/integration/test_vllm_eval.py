@@ -1,0 +1,51 @@
+"""`eyas eval --backend vllm`: a trained toy drafter measured inside the real vLLM on CPU
+agrees with offline evaluation, and the served decoding is lossless."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from eyas.cli import app
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def test_served_acceptance_agrees_with_offline(
+    tmp_path, vllm_python, toy_tiny, toy_samples, trained_drafter
+):
+    common = [
+        "eval",
+        "--target",
+        str(toy_tiny),
+        "--drafter",
+        str(trained_drafter),
+        "--input",
+        str(toy_samples),
+        "--k",
+        "3",
+        "--max-new-tokens",
+        "48",
+    ]
+    offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])
+    assert offline.exit_code == 0, offline.output
+    served = CliRunner().invoke(
+        app,
+        [
+            *common,
+            "--backend",
+            "vllm",
+            "--vllm-python",
+            str(vllm_python),
+            "--baseline",
+            "--json",
+            str(tmp_path / "srv.json"),
+        ],
+    )
+    assert served.exit_code == 0, served.output
+    off = json.loads((tmp_path / "off.json").read_text())
+    srv = json.loads((tmp_path / "srv.json").read_text())
+    assert srv["lossless"] is True  # served outputs equal the baseline run's greedy outputs
+    assert srv["verify_steps"] > 0 and sum(srv["histogram"]) == srv["verify_steps"]
+    assert abs(srv["acceptance_length"] - off["acceptance_length"]) <= 0.25, (srv, off)
+    assert srv["throughput"]["speedup"] > 0
