@@ -194,4 +194,11 @@ def test_eval_command_reports_per_dataset(tmp_path, target, toy_tiny):
     out = json.loads((tmp_path / "e.json").read_text())
     assert set(out) >= {"acceptance_length", "per_position", "lossless", "datasets"}
     assert out["lossless"] is True and set(out["datasets"]) == {"b1_glaive", "b2_hermes"}
-    assert 1.0 <= out["acceptance_length"] <= 4.0 and len(out["per_position"]) == 3
+    # the figures are consistent with one another: every verify step is in the histogram,
+    # and the overall acceptance length is the steps-weighted mean of the datasets'
+    assert len(out["per_position"]) == 3 and sum(out["histogram"]) == out["verify_steps"]
+    per = out["datasets"].values()
+    weighted = sum(d["acceptance_length"] * d["verify_steps"] for d in per) / out["verify_steps"]
+    assert abs(out["acceptance_length"] - weighted) < 1e-3
+    # a random drafter is almost never accepted
+    assert out["acceptance_length"] < 1.5 and out["histogram"][0] > out["histogram"][3]

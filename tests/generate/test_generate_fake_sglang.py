@@ -104,10 +104,12 @@ def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, render
     errors = [json.loads(x) for x in (tmp_path / "gen" / "errors.jsonl").read_text().splitlines()]
     failed = {e["id"] for e in errors}
     assert done | failed == ids and not done & failed  # every id accounted for exactly once
-    assert {e["reason"] for e in errors} <= {"bad_request"}  # only 400 is permanent here
+    # only a 400 is permanent (test_a_bad_request_is_permanent shows it happening)
+    assert all(e["reason"] == "bad_request" for e in errors)
     manifest = json.loads((tmp_path / "gen" / "manifest.json").read_text())["this_run"]
     assert manifest["retries"] > 0
-    assert set(manifest["retry_reasons"]) <= {
+    retried = set(manifest["retry_reasons"])
+    assert retried and retried <= {
         "server_error",
         "rate_limited",
         "connection_error",
@@ -115,7 +117,35 @@ def test_faults_are_retried_or_recorded_never_dropped(tmp_path, kimi_dir, render
         "server_abort",
         "timeout",
     }
+    # batch 1 makes one call per request, so several fault kinds are met; batch 8 few calls
+    assert len(retried) >= (3 if batch == "1" else 1)
     assert manifest["failed"] == len(failed)
+
+
+@pytest.mark.parametrize("batch", ["1", "8"])
+def test_a_bad_request_is_permanent_and_recorded(tmp_path, kimi_dir, rendered, batch):
+    with fake_sglang_server("--fault-rate", "0.5", "--faults", "400", "--seed", "1") as url:
+        res = generate(
+            generate_args(
+                str(kimi_dir),
+                "sglang",
+                str(rendered),
+                "--url",
+                url,
+                "--out",
+                str(tmp_path / "gen"),
+                "--max-new-tokens",
+                "20",
+                "--batch-size",
+                batch,
+            )
+        )
+    assert res.exit_code == 0, res.output
+    errors = [json.loads(x) for x in (tmp_path / "gen" / "errors.jsonl").read_text().splitlines()]
+    assert errors and {e["reason"] for e in errors} == {"bad_request"}
+    assert all(e["attempts"] == 1 for e in errors)  # never retried
+    done = committed_ids(tmp_path / "gen")
+    assert done | {e["id"] for e in errors} == {r["id"] for r in rendered_rows(rendered)}
 
 
 def test_two_servers_and_shards_cover_everything_once(tmp_path, kimi_dir, rendered):
