@@ -167,6 +167,7 @@ class Reasoning(Check):
             i = int(i)
             reasons: set[str] = set()
             for before, seg, complete in self._segments(ctx, i):
+                thinking = False
                 o, c = int((seg == open_id).sum()), int((seg == close_id).sum())
                 if len(before) and before[-1] == open_id:  # the prompt opened the block (K2.5)
                     if c == 0 and complete:
@@ -179,7 +180,7 @@ class Reasoning(Check):
                         and ctx.source_turn(i).get("reasoning_content")
                     ):
                         yield Hit(i, "warning", "reasoning_empty")
-                elif fmt.thinking_prompt(before, ctx.tokenizer):
+                elif thinking := fmt.thinking_prompt(before, ctx.tokenizer):
                     if o == 0 and c == 0 and complete:
                         reasons.add("reasoning_lost")
                     elif o > 1 or c > 1:
@@ -191,7 +192,9 @@ class Reasoning(Check):
                 elif o != c and complete:
                     reasons.add("unclosed_think")
                 pairs = np.nonzero((seg[:-1] == open_id) & (seg[1:] == close_id))[0]
-                if len(pairs):  # an empty think block generated and trained: a prompt scaffold
+                # an empty think block generated and trained: a prompt scaffold, unless the
+                # format itself writes empty reasoning that way
+                if len(pairs) and not (fmt.generates_empty_think and thinking):
                     reasons.add("scaffold_supervised")
             for reason in sorted(reasons):
                 yield Hit(i, "error", reason)

@@ -147,6 +147,9 @@ class ModelFormat:
     known_default_system: ClassVar[str | None] = None
     # a /think-style switch written in user text that this family does not read
     foreign_switch: ClassVar[re.Pattern | None] = None
+    # with thinking on, an empty reasoning is generated as `<think></think>` (GLM); elsewhere
+    # an empty pair in the output is a prompt scaffold that moved into the supervised tokens
+    generates_empty_think: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._ids: dict[int, tuple[Any, dict[str, int]]] = {}
@@ -277,15 +280,16 @@ def split_reasoning(
     body: list[int], open_id: int | None, close_id: int | None, stop_at: int | None = None
 ) -> tuple[list[int] | None, int]:
     """(reasoning ids or None, index where the rest starts). Reasoning runs to `close_id`
-    when it occurs before `stop_at` (a tool section ends reasoning implicitly); a leading
-    `open_id` is dropped (K2.5 puts it in the prompt, others in the output)."""
+    when it occurs before `stop_at` (a tool section ends reasoning implicitly); an opening
+    `open_id` and what precedes it (GLM writes a newline first) are dropped (K2.5 puts it in
+    the prompt, others in the output)."""
     limit = len(body) if stop_at is None else stop_at
     if close_id is None or close_id not in body[:limit]:
         return None, 0
     k = body.index(close_id)
     head = body[:k]
-    if head and head[0] == open_id:
-        head = head[1:]
+    if open_id in head:
+        head = head[head.index(open_id) + 1 :]
     return head, k + 1
 
 

@@ -51,6 +51,7 @@ class Glm45(ModelFormat):
         "</tool_response>",
     )
     native_tool_text = frozenset({"hermes"})
+    generates_empty_think = True
 
     @classmethod
     def matches(cls, tokenizer: Any) -> bool:

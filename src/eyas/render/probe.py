@@ -111,8 +111,10 @@ def probe_template(renderer: Renderer) -> dict[str, Any]:
     ]
     stable = True
     for short, more, tools in cases:
-        short_text = renderer.render_text(short, tools, add_generation_prompt=False)
-        long_text = renderer.render_text(short + more, tools, add_generation_prompt=False)
+        short_msgs, _ = renderer.prepare_messages(short)
+        long_msgs, _ = renderer.prepare_messages(short + more)
+        short_text = renderer.render_text(short_msgs, tools, add_generation_prompt=False)
+        long_text = renderer.render_text(long_msgs, tools, add_generation_prompt=False)
         stable = stable and long_text.startswith(short_text)
 
     result: dict[str, Any] = {

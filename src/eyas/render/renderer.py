@@ -152,7 +152,8 @@ class Renderer:
             return None
         _, probe_ts = self._prepared_tools(PROBE_TOOLS)
         extra = {"tools_ts_str": probe_ts} if probe_ts is not None else {}
-        return direct if direct.verify(self.template_kwargs, extra) else None
+        verified = direct.verify(self.template_kwargs, extra, self.prepare_messages)
+        return direct if verified else None
 
     def _special_splitter(self):
         """A regex that splits text at (and keeps) the special tokens, or None when the split

@@ -14,6 +14,7 @@ silently rendering differently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 # transformers fills `reasoning_content` from these names and copies it to `thinking`
@@ -108,11 +109,17 @@ class DirectTemplate:
             **{**self._specials, **kwargs},
         )
 
-    def verify(self, template_kwargs: dict[str, Any], extra: dict[str, Any]) -> bool:
+    def verify(
+        self,
+        template_kwargs: dict[str, Any],
+        extra: dict[str, Any],
+        prepare: Callable[[list[dict]], tuple[list[dict], list[str]]] = lambda m: (m, []),
+    ) -> bool:
         """True when every probe renders byte-identically to `apply_chat_template` (and at
         least one probe rendered at all)."""
         compared = 0
-        for messages in _PROBE_CONVERSATIONS:
+        for raw in _PROBE_CONVERSATIONS:
+            messages, _ = prepare(raw)  # the model format's normalisation, as rendering does
             for tools in (None, PROBE_TOOLS):
                 for gen in (True, False):
                     kwargs = {**template_kwargs, **(extra if tools else {})}
