@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -56,7 +57,8 @@ def _option(field: FieldInfo, flag: Flag) -> tuple[Any, dict[str, Any]]:
     annotation = _unwrap_optional(field.annotation)
     default = field.get_default(call_default_factory=True)
     shown = "" if default is None or default == [] else f"; default {default}"
-    help_text = f"{flag.help or field.description or ''} [{flag.key}{shown}]".strip()
+    # escaped: typer renders help as rich markup, where [..] would be a style tag
+    help_text = escape(f"{flag.help or field.description or ''} [{flag.key}{shown}]".strip())
     kwargs: dict[str, Any] = {"help": help_text, "show_default": False}
     origin = typing.get_origin(annotation)
     if origin is Literal:

@@ -71,3 +71,37 @@ def test_concurrent_builds_do_not_corrupt_and_are_deterministic(tmp_path, toy_ti
     mine, ref = load_file(out / "model.safetensors"), load_file(toy_tiny / "model.safetensors")
     assert mine.keys() == ref.keys()
     assert all((mine[k] == ref[k]).all() for k in ref)  # same preset and seed: same weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_toys_of_other_seeds_pass_the_quality_gates(seed):
+    """Other seeds stand in for other machines' floating point: the build trains on until the
+    gates hold, and records what it measured."""
+    from eyas.toy.build import QUALITY_GATES, build_toy, failed_gates, load_toy_info
+
+    info = load_toy_info(build_toy("tiny", seed=seed))
+    quality = info["quality"]
+    assert failed_gates(quality) == []
+    assert all(quality[name] >= floor for name, floor in QUALITY_GATES.items())
+    assert info["quality_gates"] == QUALITY_GATES and info["seed"] == seed
+    assert quality["num_tool_prompts"] > 50 and quality["num_no_tool_prompts"] > 100
+    assert len(info["training"]["rounds"]) >= 1
+
+
+def test_a_toy_that_cannot_reach_its_gates_fails_clearly(monkeypatch, tmp_path):
+    import eyas.toy.build as build
+    from eyas.errors import EyasError
+
+    monkeypatch.setattr(build, "MAX_EXTRA_ROUNDS", 0)
+    monkeypatch.setitem(build.QUALITY_GATES, "tool_call_rate", 1.01)  # unreachable
+    monkeypatch.setitem(
+        build.PRESETS,
+        "tiny",
+        build.PRESETS["tiny"].__class__(
+            **{**build.PRESETS["tiny"].__dict__, "rows_per_family": 10, "epochs": 0.2}
+        ),
+    )
+    with pytest.raises(EyasError, match="missed its quality gates"):
+        build.build_toy("tiny", out=tmp_path / "toy", seed=5)
+    assert not (tmp_path / "toy").exists()  # nothing half-built is published

@@ -88,6 +88,16 @@ def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_sampl
     a = load_file(str(full / "model.safetensors"))
     b = load_file(str(resumed.finish() / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    # metrics.jsonl is one curve: the killed run's rows after its checkpoint (4, 5) were cut
+    logged = [
+        json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [m["step"] for m in logged] == [1, 2, 3, 4, 5, 6]
+    assert [m["loss"] for m in logged] == pytest.approx(
+        [reference[s] for s in range(1, 7)], rel=1e-6
+    )
+    assert all(m["acceptance_estimate"] >= 1.0 for m in logged)
+    assert [m.get("checkpoint", False) for m in logged] == [False, False, True, False, False, True]
 
 
 def _train_cli(config, nproc: int, port: int = 29517) -> str:
@@ -192,6 +202,20 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
         vl["speculators_model_type"] == "eagle3"
         and vl["draft_vocab_size"] == sg["draft_vocab_size"]
     )
+    # the directory `eyas train --out` wrote, and one of its checkpoints, export too
+    whole = export_drafter(tmp_path / "t", "vllm", tmp_path / "from_out")
+    assert (
+        load_file(str(whole / "model.safetensors")).keys()
+        == load_file(str(tmp_path / "vllm" / "model.safetensors")).keys()
+    )
+    step1 = export_drafter(tmp_path / "t", "sglang", tmp_path / "step1", step=2)
+    check_export(step1)
+    assert json.loads((step1 / "eyas_export.json").read_text())["source_checkpoint"].endswith(
+        "step-0000002"
+    )
+    # an export re-exports to the other format
+    again = export_drafter(tmp_path / "sglang", "vllm", tmp_path / "sg2vl")
+    check_export(again)
     # round trip: exported tensors equal the trained ones (bf16)
     trained = load_drafter(drafter_dir)
     exported = load_file(str(tmp_path / "sglang" / "model.safetensors"))

@@ -1,0 +1,82 @@
+"""The in-process backend: an out-of-memory batch is retried as halves, another failure fails
+only its requests (as a BackendError the engine records), and remote code reaches the loader
+only when the user asked for it."""
+
+import asyncio
+
+import pytest
+
+import eyas.backends.local as local
+from eyas.backends.base import BackendError, GenRequest
+from eyas.backends.hf_generate import LocalOutput
+
+
+def _backend(monkeypatch, batch_fn, batch_size=8):
+    monkeypatch.setattr(local, "load_frozen_lm", lambda *a, **k: object())
+    monkeypatch.setattr(local, "generate_batch", batch_fn)
+    return local.LocalBackend("/models/x", [2], 0, batch_size=batch_size)
+
+
+def _requests(n):
+    return [
+        GenRequest(id=f"r{i}", prompt_ids=[5, i], max_new_tokens=4, sampling={}) for i in range(n)
+    ]
+
+
+async def _run(backend, reqs):
+    return await asyncio.gather(*(backend.generate(r) for r in reqs), return_exceptions=True)
+
+
+def test_an_out_of_memory_batch_is_split_not_fatal(monkeypatch):
+    sizes = []
+
+    def fake(model, prompts, *args):
+        sizes.append(len(prompts))
+        if len(prompts) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return [LocalOutput([p[-1], 2], "stop", 2) for p in prompts]
+
+    results = asyncio.run(_run(_backend(monkeypatch, fake), _requests(8)))
+    assert [r.output_ids for r in results] == [[i, 2] for i in range(8)]
+    assert sizes == [8, 4, 2, 2, 4, 2, 2]  # each failing batch retried as two halves
+
+
+def test_other_failures_fail_their_requests_as_backend_errors(monkeypatch):
+    def fake(model, prompts, *args):
+        raise ValueError("bad sampling")
+
+    results = asyncio.run(_run(_backend(monkeypatch, fake), _requests(3)))
+    assert all(isinstance(r, BackendError) and r.reason == "local_error" for r in results)
+    assert not any(r.retryable for r in results)
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_trust_remote_code_reaches_every_loader_only_when_given(monkeypatch, tmp_path, trust):
+    from eyas.backends.factory import build_backends
+    from eyas.config import BackendConfig
+
+    seen = []
+    monkeypatch.setattr(local, "load_frozen_lm", lambda d, dev, dt, t=False: seen.append(t))
+
+    class R:
+        tokenizer = type("T", (), {"pad_token_id": 0})()
+
+        def stop_token_ids(self):
+            return [2]
+
+    build_backends(BackendConfig(kind="local"), R(), tmp_path, None, trust)
+    import eyas.capture.backends as capture
+
+    monkeypatch.setattr(
+        "eyas.hf_models.load_frozen_lm", lambda d, dev, dt, t=False: seen.append(t) or _Model()
+    )
+    capture.LocalCapture(tmp_path, [1, 2, 3, 4], trust)
+    assert seen == [trust, trust]
+
+
+class _Model:
+    def get_decoder(self):
+        class D:
+            norm = type("N", (), {"register_forward_pre_hook": lambda self, f: None})()
+
+        return D()
