@@ -58,6 +58,45 @@ def test_sharegpt_role_content_variant_and_unknown_role():
     assert isinstance(err, RowError) and err.reason == "unknown_role"
 
 
+def sharegpt(*turns):
+    return {"conversations": [{"from": who, "value": text} for who, text in turns]}
+
+
+def test_sharegpt_role_order_anomalies_are_never_silent():
+    # Constructed: no public copy reachable here prints such a row (see real_rows/README.md).
+    no_user = one("sharegpt", sharegpt(("gpt", "Hello! How can I help?")))
+    assert isinstance(no_user, RowError) and no_user.reason == "no_user_turn"
+
+    leading = one(
+        "sharegpt",
+        sharegpt(("gpt", "...and that is part one."), ("human", "Go on"), ("gpt", "Part two.")),
+    )
+    assert [m["content"] for m in leading.messages] == ["Go on", "Part two."]
+    assert leading.notes == ["1 assistant turn(s) before the first user turn dropped"]
+
+    repeated = one(
+        "sharegpt",
+        sharegpt(
+            ("system", "Be brief."),
+            ("human", "a"),
+            ("human", "b"),
+            ("gpt", "c"),
+            ("gpt", "d"),
+            ("human", "e"),
+        ),
+    )
+    assert repeated.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "a\n\nb"},
+        {"role": "assistant", "content": "c\n\nd"},
+        {"role": "user", "content": "e"},
+    ]
+    assert repeated.notes == ["consecutive user turns joined", "consecutive assistant turns joined"]
+
+    well_formed = one("sharegpt", sharegpt(("human", "a"), ("gpt", "b")))
+    assert well_formed.notes == []
+
+
 def test_ultrachat_both_shapes():
     a = one(
         "ultrachat",

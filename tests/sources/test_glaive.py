@@ -49,7 +49,7 @@ def test_call_with_apostrophe_in_single_quoted_arguments():
     conv = convert(row)
     assert isinstance(conv, Conversation)
     assert conv.messages == [
-        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "system", "content": "You are a helpful assistant"},
         {"role": "user", "content": "Add my doctor's appointment"},
         {
             "role": "assistant",

@@ -5,16 +5,20 @@ import json
 from eyas.records import RowError
 from eyas.sources import convert_rows
 
+# The Hermes 2 Pro model-card prompt (one of hermes.TEMPLATES) followed by a persona.
 HERMES_SYSTEM = (
     "You are a function calling AI model. You are provided with function signatures within "
-    "<tools> </tools> XML tags. You may call one or more functions to assist with the user "
+    "<tools></tools> XML tags. You may call one or more functions to assist with the user "
     "query. Don't make assumptions about what values to plug into functions. Here are the "
     "available tools: <tools> {'type': 'function', 'function': {'name': 'get_stock_price', "
     "'description': 'Get a price', 'parameters': {'type': 'object', 'properties': "
-    "{'symbol': {'type': 'string'}}, 'required': ['symbol']}}} </tools> For each function call "
-    "return a json object with function name and arguments within <tool_call></tool_call> XML "
-    "tags as follows:\n<tool_call>\n{'arguments': <args-dict>, 'name': <function-name>}\n"
-    "</tool_call>\nYou speak like a pirate."
+    "{'symbol': {'type': 'string'}}, 'required': ['symbol']}}} </tools> Use the following "
+    "pydantic model json schema for each tool call you will make: {'title': 'FunctionCall', "
+    "'type': 'object', 'properties': {'arguments': {'title': 'Arguments', 'type': 'object'}, "
+    "'name': {'title': 'Name', 'type': 'string'}}, 'required': ['arguments', 'name']} For each "
+    "function call return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags as follows:\n<tool_call>\n{'arguments': <args-dict>, "
+    "'name': <function-name>}\n</tool_call>\nYou speak like a pirate."
 )
 
 
@@ -79,6 +83,20 @@ def test_hermes_python_repr_tools_calls_and_responses():
     assert "<tools>" not in json.dumps(conv.messages)
 
 
+def test_hermes_prompt_matching_no_template_is_kept_whole_with_its_tools_declared():
+    # The 2-Pro wording with its pydantic sentence missing: not a known template, so no
+    # sentence is cut out of it; the tools are still declared for the calls.
+    system = HERMES_SYSTEM.replace(
+        HERMES_SYSTEM[HERMES_SYSTEM.index(" Use the following") : HERMES_SYSTEM.index(" For each")],
+        "",
+    )
+    row = {"conversations": [{"from": "system", "value": system}, {"from": "human", "value": "Hi"}]}
+    conv = one("hermes", row)
+    assert conv.messages[0] == {"role": "system", "content": system}
+    assert [t["function"]["name"] for t in conv.tools] == ["get_stock_price"]
+    assert any("matches no known Hermes template" in n for n in conv.notes)
+
+
 def test_hermes_bad_call_and_unknown_role():
     bad = {
         "conversations": [
@@ -94,7 +112,7 @@ def test_hermes_bad_call_and_unknown_role():
     ]
 
 
-def test_xlam_types_optional_parameters_and_parallel_calls():
+def test_xlam_types_optional_marker_and_parallel_calls():
     tools = [
         {
             "name": "weather",
@@ -120,7 +138,9 @@ def test_xlam_types_optional_parameters_and_parallel_calls():
     params = conv.tools[0]["function"]["parameters"]
     assert params == {
         "type": "object",
-        "required": ["city", "ids", "flag"],
+        # Only the ", optional" marker makes a parameter optional; opts has a default ("")
+        # but no marker, so it stays required.
+        "required": ["city", "ids", "opts", "flag"],
         "properties": {
             "city": {"type": "string", "description": "City"},
             "days": {"type": "integer", "description": "Days", "default": 3},

@@ -72,16 +72,27 @@ class Draft:
 
 def parse_calls(text: str) -> list[tuple[str, object]]:
     """`{"name", "arguments"}` (or a list of them) written as JSON or a Python literal;
-    string arguments are parsed too. Raises `unparseable_tool_call`."""
+    string arguments are parsed too.
+
+    Raises `unparseable_tool_call` (neither JSON nor a literal), `tool_call_name_in_arguments`
+    (the function name sits inside `arguments`: which key is the name is a guess, so the row
+    is refused) or `tool_call_without_name`.
+    """
     try:
         obj = parse_loose_json(text)
     except ToolParseError as exc:
         raise ConversionError("unparseable_tool_call", exc.detail) from exc
     calls = []
     for item in obj if isinstance(obj, list) else [obj]:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ConversionError("unparseable_tool_call", f"call without name: {text[:80]!r}")
+        if not isinstance(item, dict):
+            raise ConversionError("unparseable_tool_call", f"call is not an object: {text[:80]!r}")
         args = item.get("arguments", {})
+        if not isinstance(item.get("name"), str):
+            if isinstance(args, dict) and isinstance(args.get("name"), str):
+                raise ConversionError(
+                    "tool_call_name_in_arguments", f"`name` inside `arguments`: {text[:80]!r}"
+                )
+            raise ConversionError("tool_call_without_name", f"call without name: {text[:80]!r}")
         if isinstance(args, str):
             try:
                 args = parse_loose_json(args)
@@ -89,3 +100,39 @@ def parse_calls(text: str) -> list[tuple[str, object]]:
                 raise ConversionError("unparseable_tool_call", exc.detail) from exc
         calls.append((item["name"], args))
     return calls
+
+
+def normalize_role_order(draft: Draft) -> None:
+    """Make a chat's role order one every chat template renders, noting each change.
+
+    No user turn at all: refused (`no_user_turn`), there is no prompt to answer. Assistant
+    turns before the first user turn answer nothing in this row (ShareGPT's split rows start
+    mid-conversation): dropped. Consecutive plain-text turns of one role: joined with a blank
+    line, as a reader of the source would read them.
+    """
+    msgs = draft.messages
+    first_user = next((i for i, m in enumerate(msgs) if m["role"] == "user"), None)
+    if first_user is None:
+        raise ConversionError("no_user_turn", "the conversation has no user turn")
+    leading = [i for i, m in enumerate(msgs[:first_user]) if m["role"] != "system"]
+    if leading:
+        if any(msgs[i]["role"] != "assistant" or msgs[i].get("tool_calls") for i in leading):
+            raise ConversionError("bad_role_order", "tool turns before the first user turn")
+        draft.notes.append(f"{len(leading)} assistant turn(s) before the first user turn dropped")
+        msgs[:] = [m for i, m in enumerate(msgs) if i not in set(leading)]
+    out: list[dict] = []
+    for msg in msgs:
+        prev = out[-1] if out else None
+        plain = set(msg) == {"role", "content"} and isinstance(msg["content"], str)
+        if (
+            prev is not None
+            and plain
+            and prev["role"] == msg["role"] in ("user", "assistant")
+            and set(prev) == {"role", "content"}
+            and isinstance(prev["content"], str)
+        ):
+            prev["content"] = f"{prev['content']}\n\n{msg['content']}"
+            draft.notes.append(f"consecutive {msg['role']} turns joined")
+            continue
+        out.append(msg)
+    msgs[:] = out

@@ -2,12 +2,13 @@
 
 `function_call` turns become assistant tool calls, `observation`/`tool`/`function` turns tool
 results; an optional row-level `system` string and `tools` (JSON string, LLaMA-Factory style)
-are honoured.
+are honoured. Role-order anomalies (no user turn, a leading assistant turn, repeated roles)
+are refused or repaired with a note: see `normalize_role_order`.
 """
 
 from __future__ import annotations
 
-from eyas.sources.common import ConversionError, Draft, parse_calls
+from eyas.sources.common import ConversionError, Draft, normalize_role_order, parse_calls
 from eyas.tools.schema import ToolParseError, as_openai_tool, parse_loose_json
 
 _ROLES = {
@@ -60,4 +61,5 @@ def convert(row: dict) -> Draft:
             draft.add(role, value)
     if not draft.messages:
         raise ConversionError("empty_conversation", "no turns")
+    normalize_role_order(draft)
     return draft

@@ -131,8 +131,15 @@ def python_type_to_schema(type_str: str) -> dict:
     return {"type": mapped}
 
 
+_XLAM_OPTIONAL = re.compile(r",\s*optional\s*$", re.IGNORECASE)
+
+
 def xlam_parameters_to_schema(params: dict) -> dict:
-    """xLAM `{name: {type, description, default?}}` -> JSON Schema object with `required`."""
+    """xLAM `{name: {type, description, default?}}` -> JSON Schema object with `required`.
+
+    A parameter is optional only when its type says so (`"str, optional"`), as the dataset
+    card's examples do; a `default` is kept as the schema default but does not make it optional.
+    """
     if not isinstance(params, dict):
         raise ToolParseError("unparseable_tools", "xLAM parameters is not an object")
     if params.get("type") == "object" and isinstance(params.get("properties"), dict):
@@ -143,17 +150,17 @@ def xlam_parameters_to_schema(params: dict) -> dict:
         if not isinstance(spec, dict):
             raise ToolParseError("unparseable_tools", f"xLAM parameter {name!r} is not an object")
         raw_type = str(spec.get("type", "any"))
-        optional = False
-        if raw_type.endswith(", optional"):
-            raw_type = raw_type[: -len(", optional")]
-            optional = True
+        marker = _XLAM_OPTIONAL.search(raw_type)
+        optional = marker is not None
+        if marker:
+            raw_type = raw_type[: marker.start()]
         prop = python_type_to_schema(raw_type)
         if spec.get("description"):
             prop["description"] = spec["description"]
-        if "default" in spec:
-            optional = True
-            if spec["default"] not in ("", None):
-                prop["default"] = spec["default"]
+        # `default` is usually an example value or "" and says nothing about optionality:
+        # the dataset marks optional parameters in the type string only.
+        if spec.get("default") not in ("", None):
+            prop["default"] = spec["default"]
         properties[name] = prop
         if not optional:
             required.append(name)

@@ -33,7 +33,7 @@ from eyas.toy.naive import naive_glaive_messages
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
 from eyas.toy.train import PRESETS, build_examples, train_model
 
-BUILD_VERSION = 4
+BUILD_VERSION = 5
 KIMI = get_model_format("kimi-k2.5")  # the toy target's format
 HELDOUT_PER_FAMILY = 40
 QUALITY_MAX_NEW_TOKENS = 128

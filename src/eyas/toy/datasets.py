@@ -255,17 +255,14 @@ def glaive_row(rng: random.Random) -> dict:
     return {"system": system, "chat": chat}
 
 
+# The dataset's own func-calling prompt (hermes-function-calling-v1 card), tools as a Python repr.
 HERMES_SYSTEM = (
     "You are a function calling AI model. You are provided with function signatures within "
     "<tools> </tools> XML tags. You may call one or more functions to assist with the user "
-    "query. Don't make assumptions about what values to plug into functions. Here are the "
-    "available tools: <tools> {tools} </tools> Use the following pydantic model json schema "
-    'for each tool call you will make: {{"properties": {{"arguments": {{"title": '
-    '"Arguments", "type": "object"}}, "name": {{"title": "Name", "type": '
-    '"string"}}}}, "required": ["arguments", "name"], "title": "FunctionCall", '
-    '"type": "object"}} For each function call return a json object with function name '
-    "and arguments within <tool_call></tool_call> XML tags as follows:\n<tool_call>\n"
-    '{{"arguments": <args-dict>, "name": <function-name>}}\n</tool_call>'
+    "query. Don't make assumptions about what values to plug into functions.\n<tools>\n"
+    "{tools}\n</tools>\nFor each function call return a json object with function name and "
+    "arguments within <tool_call> </tool_call> tags with the following schema:\n<tool_call>\n"
+    "{{'arguments': <args-dict>, 'name': <function-name>}}\n</tool_call>\n"
 )
 
 
@@ -274,10 +271,10 @@ def hermes_row(rng: random.Random) -> dict:
     used = rng.choice(list(TOOLS))
     names = _pick_tools(rng, used)
     q, args, result, answer = _task(rng, used)
-    tools = " ".join(repr({"type": "function", "function": TOOLS[n]}) for n in names)
+    tools = repr([{"type": "function", "function": TOOLS[n]} for n in names])
     system = HERMES_SYSTEM.format(tools=tools)
     if rng.random() < 0.3:
-        system += "\nYou are also a friendly travel assistant."
+        system += "You are also a friendly travel assistant."
     call = {"arguments": args, "name": used}
     call_text = repr(call) if rng.random() < 0.5 else json.dumps(call)
     return {
