@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_audit.py [--samples 100000] [--tokens-per-sample 1000]
 
-Prints wall time and tokens/s and writes JSON. Goal (issue 5): at most 60 s on 2 cores.
+Prints wall time and tokens/s and writes JSON. Goal: at most 60 s on 2 cores.
 Checks that decode or re-render sample 2,000 per dataset and say so in their findings.
 """
 
@@ -58,12 +58,8 @@ def _shard(rng, n, start, prompt_len, output_len, vocab, stop_id, datasets) -> p
     return pa.table(cols, schema=SCHEMA)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=100_000)
-    ap.add_argument("--tokens-per-sample", type=int, default=1000)
-    ap.add_argument("--json", default="bench/results/audit.json")
-    args = ap.parse_args()
+def speed(samples: int = 100_000, tokens_per_sample: int = 1000) -> dict:
+    """Audit `samples` synthetic samples (Parquet shards, a toy Kimi tokenizer) and time it."""
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -74,20 +70,19 @@ def main() -> None:
         stage = tmp / "generate"
         stage.mkdir()
         datasets = [f.name for f in FAMILIES]
-        half = args.tokens_per_sample // 2
+        half = tokens_per_sample // 2
         per_shard = 10_000
-        for k, start in enumerate(range(0, args.samples, per_shard)):
-            n = min(per_shard, args.samples - start)
+        for k, start in enumerate(range(0, samples, per_shard)):
+            n = min(per_shard, samples - start)
             pq.write_table(
                 _shard(rng, n, start, half, half, 4000, stop_id, datasets),
                 stage / f"part-{k:05d}.parquet",
             )
         t0 = time.perf_counter()
-        result = run_audit(stage, model_dir, AuditOptions(max_len=args.tokens_per_sample * 4))
+        result = run_audit(stage, model_dir, AuditOptions(max_len=tokens_per_sample * 4))
         wall = time.perf_counter() - t0
     tokens = int(result.table.prompt.offsets[-1] + result.table.output.offsets[-1])
-    out = {
-        "bench": "audit",
+    return {
         "samples": len(result.table),
         "tokens": tokens,
         "seconds": round(wall, 2),
@@ -96,6 +91,15 @@ def main() -> None:
         "decode_sample_per_dataset": 2000,
         "goal_seconds": 60,
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=100_000)
+    ap.add_argument("--tokens-per-sample", type=int, default=1000)
+    ap.add_argument("--json", default="bench/results/audit.json")
+    args = ap.parse_args()
+    out = {"bench": "audit", **speed(args.samples, args.tokens_per_sample)}
     print(f"{'metric':<28}{'value':>16}")
     for k in ("samples", "tokens", "seconds", "tokens_per_s", "findings"):
         print(f"{k:<28}{out[k]:>16}")

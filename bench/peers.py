@@ -17,3 +17,36 @@ def speculators_venv() -> Path:
         text=True,
     )
     return Path(out.stdout.strip())
+
+
+def vllm_python() -> Path:
+    """python of the vLLM-on-CPU venv (tools/vllm_env.sh, cached under $EYAS_CACHE)."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "tools" / "vllm_env.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
+def vllm_offline(spec: dict, workdir: Path) -> dict:
+    """Run bench/vllm_offline.py (LLM.generate) in the vLLM venv; returns its JSON line."""
+    import json
+    import os
+
+    path = workdir / "vllm_offline_spec.json"
+    path.write_text(json.dumps(spec))
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+    }
+    proc = subprocess.run(
+        [str(vllm_python()), str(ROOT / "bench" / "vllm_offline.py"), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"vllm_offline failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("EYAS_RESULT "))
+    return json.loads(line.removeprefix("EYAS_RESULT "))

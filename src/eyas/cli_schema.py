@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.markup import escape
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from rich.markup import escape
 
 
 @dataclass(frozen=True)

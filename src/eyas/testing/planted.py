@@ -333,10 +333,15 @@ def sampled_output(w: World, v: int) -> Sample:
     s = w.pick(v, lambda s: len(s.output_ids) > 8)
     tok = w.renderer.tokenizer
     special = set(w.renderer.model_format.marker_ids(tok).values())
+    splittable = [
+        i for i, t in enumerate(s.output_ids) if t not in special and len(tok.decode([t])) > 2
+    ]
+    # At least one token is split, or the control would duplicate its clean sample.
+    chosen = {i for i in splittable if rng.random() < 0.3} or set(splittable[:1])
     out = []
-    for t in s.output_ids:
-        piece = tok.decode([t])
-        if t not in special and len(piece) > 2 and rng.random() < 0.3:
+    for i, t in enumerate(s.output_ids):
+        if i in chosen:
+            piece = tok.decode([t])
             out += w.renderer.encode(piece[:1]) + w.renderer.encode(piece[1:])
         else:
             out.append(t)
