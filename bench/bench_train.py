@@ -3,8 +3,10 @@ speculators 0.9.0 `Eagle3DraftModel` on the same batches in the same run.
 
     .venv/bin/python bench/bench_train.py [--steps 20] [--batch-tokens 4096] [--no-peer]
 
-Three figures per TTT depth, all on the same sequences, batches and draft vocabulary:
+Four figures per TTT depth, all on the same sequences, batches and draft vocabulary:
 - eyas online: `eyas train`'s full step, the frozen target's forward included.
+- eyas captured: `eyas train --hidden-states` on an `eyas capture` of the same samples (bf16
+  states read from disk, only embedding/norm/lm_head of the target loaded; goal: 2x online).
 - eyas drafter step: the same Trainer step with the target outputs precomputed (what a
   peer that trains from stored hidden states does per step).
 - speculators: `Eagle3DraftModel` (1 layer, sdpa attention, eager KL loss, decay 0.8) on
@@ -29,7 +31,8 @@ import torch
 from peers import ROOT, speculators_venv
 from safetensors.torch import save_file
 
-from eyas.config import TrainConfig
+from eyas.capture.run import run_capture
+from eyas.config import CaptureConfig, TrainConfig
 from eyas.render.renderer import Renderer
 from eyas.sources import convert_rows
 from eyas.toy.build import build_toy
@@ -54,8 +57,8 @@ class RecordingTrainer(Trainer):
         super().__init__(cfg, log=lambda s: None)
         self.cache = cache
 
-    def _target_outputs(self, ids, attn):
-        out = super()._target_outputs(ids, attn)
+    def _target_outputs(self, ids, seqs):
+        out = super()._target_outputs(ids, seqs)
         self.cache[ids.numpy().tobytes()] = out
         return out
 
@@ -67,7 +70,7 @@ class PrecomputedTrainer(Trainer):
         super().__init__(cfg, log=lambda s: None)
         self.cache = cache
 
-    def _target_outputs(self, ids, attn):
+    def _target_outputs(self, ids, seqs):
         return self.cache[ids.numpy().tobytes()]
 
 
@@ -107,7 +110,7 @@ def export_peer_batches(trainer: Trainer, steps: int, path: Path, meta_path: Pat
         for r, q in enumerate(seqs):
             ids[r, : len(q.ids)] = torch.tensor(q.ids)
             attn[r, : len(q.ids)] = 1
-        aux, _ = target(ids, attn)
+        aux, _ = target(ids, seqs)
         last = captured["last"]
         parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         for r, q in enumerate(seqs):
@@ -155,6 +158,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "s.jsonl"
         samples(model_dir, data)
+        captured_dir = Path(tmp) / "capture"
+        run_capture(
+            CaptureConfig(target=model_dir, data=data, out=captured_dir), log=lambda s: None
+        )
         for ttt in (3, 7):
 
             def cfg(name: str, ttt: int = ttt) -> TrainConfig:
@@ -177,14 +184,23 @@ def main() -> None:
             cached = PrecomputedTrainer(cfg("cached"), cache)
             cached.setup()
             cached_hist = cached.train()
+            from_disk = Trainer(
+                cfg("captured").model_copy(update={"data": None, "hidden_states": captured_dir}),
+                log=lambda s: None,
+            )
+            from_disk.setup()
+            disk_hist = from_disk.train()
             online_s, tokens = timed(online_hist, args.warmup)
             drafter_s, _ = timed(cached_hist, args.warmup)
+            disk_s, disk_tokens = timed(disk_hist, args.warmup)
             row = {
                 "ttt": ttt,
                 "steps": args.steps,
                 "timed_steps": args.steps - args.warmup,
                 "supervised_tokens_timed": tokens,
                 "eyas_online_tok_s": round(tokens / online_s, 1),
+                "eyas_captured_tok_s": round(disk_tokens / disk_s, 1),
+                "captured_vs_online": round((disk_tokens / disk_s) / (tokens / online_s), 2),
                 "eyas_drafter_step_tok_s": round(tokens / drafter_s, 1),
                 "eyas_loss_first_last": [cached_hist[0]["loss"], cached_hist[-1]["loss"]],
             }
@@ -221,12 +237,17 @@ def main() -> None:
             rows.append(row)
             online.cleanup()
             cached.cleanup()
-    head = f"{'ttt':>4}{'eyas online':>14}{'eyas drafter':>14}{'speculators':>14}{'ratio':>8}"
+            from_disk.cleanup()
+    head = (
+        f"{'ttt':>4}{'eyas online':>14}{'eyas captured':>15}{'x online':>10}"
+        f"{'eyas drafter':>14}{'speculators':>14}{'ratio':>8}"
+    )
     print("supervised tokens/s, CPU, toy", args.preset, f"batch {args.batch_tokens} tokens")
     print(head)
     for r in rows:
         print(
-            f"{r['ttt']:>4}{r['eyas_online_tok_s']:>14}{r['eyas_drafter_step_tok_s']:>14}"
+            f"{r['ttt']:>4}{r['eyas_online_tok_s']:>14}{r['eyas_captured_tok_s']:>15}"
+            f"{r['captured_vs_online']:>10}{r['eyas_drafter_step_tok_s']:>14}"
             f"{r.get('speculators_tok_s', '-'):>14}{r.get('ratio_vs_speculators', '-'):>8}"
         )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
