@@ -1,5 +1,8 @@
 """Client throughput of `eyas generate` against the fake SGLang server (zero latency), and of
-speculators 0.9.0 `regenerate-responses` against the same server's chat endpoint.
+speculators 0.9.0 `regenerate-responses` against the same server's chat endpoint; then the
+real engine: `eyas generate` through vLLM on CPU against vLLM's own offline `LLM.generate` on
+the same prompt ids (the engine's limit; goal: eyas at 0.9x or better) and speculators against
+the same server (`real_engine`).
 
     .venv/bin/python bench/bench_generate.py [--prompts 10000] [--concurrency 256] [--no-peer]
 
@@ -30,8 +33,8 @@ from pathlib import Path
 import orjson
 from peers import speculators_venv
 
-from eyas.config import BackendConfig
-from eyas.generate.run import DatasetPlan, GenerateOptions, run_generate
+from eyas.config import BackendConfig, GenerateConfig, ModelConfig, PipelineConfig
+from eyas.generate.run import run_generate
 from eyas.render.renderer import Renderer
 from eyas.testing.server import fake_sglang_server
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
@@ -114,6 +117,148 @@ def run_speculators(url: str, prompts: Path, model_dir: Path, args, tmp: Path) -
     }
 
 
+def real_engine(args, tmp: Path) -> dict:
+    """`eyas generate` through vLLM on CPU, vLLM's offline `LLM.generate` on the same prompt ids
+    (the engine's limit here) and speculators' `regenerate-responses` against the same server.
+
+    Prompts: the toy chat families (no tools, so a chat request renders to the same ids),
+    rendered by eyas for the toy tiny target; greedy, at most `--real-max-new` new tokens."""
+    from peers import vllm_offline, vllm_python
+
+    from eyas.render.run import render_file
+    from eyas.serving.vllm import vllm_server
+    from eyas.sources import convert_rows
+    from eyas.toy.build import build_toy
+    from eyas.toy.datasets import FAMILIES, family_rows
+
+    toy = build_toy("tiny")
+    renderer = Renderer(toy)
+    chat = [f for f in FAMILIES if f.kind == "chat"]
+    per = -(-args.real_prompts // len(chat)) + 8
+    convs = [
+        c
+        for f in chat
+        for c in convert_rows(family_rows(f, per, seed=777), f.format, f.name)
+        if hasattr(c, "messages")
+    ][: args.real_prompts]
+    converted, rendered = tmp / "real_conv.jsonl", tmp / "real_rendered.jsonl"
+    converted.write_text("\n".join(json.dumps(c.to_dict()) for c in convs) + "\n")
+    render_file(renderer, converted, rendered)
+    rows = [orjson.loads(line) for line in rendered.read_bytes().splitlines()]
+    prompt_ids = [r["prompt_ids"] for r in rows]
+    server_args = ["--dtype", "auto", "--enforce-eager", "--max-model-len", "4096"]
+    out: dict = {"prompts": len(rows), "max_new_tokens": args.real_max_new, "rows": []}
+    with vllm_server(vllm_python(), toy, server_args, None, tmp / "real_server.log") as url:
+        warm = PipelineConfig(
+            model=ModelConfig(dir=toy),
+            backend=BackendConfig(kind="vllm", urls=[url], concurrency=4),
+            generate=GenerateConfig(max_new_tokens=8, input=rendered, out=tmp / "real_warm"),
+        )
+        run_generate(warm, renderer, show_progress=False)
+        cfg = PipelineConfig(
+            model=ModelConfig(dir=toy),
+            backend=BackendConfig(kind="vllm", urls=[url], concurrency=args.real_concurrency),
+            generate=GenerateConfig(
+                max_new_tokens=args.real_max_new, input=rendered, out=tmp / "real_gen"
+            ),
+        )
+        t0 = time.perf_counter()
+        manifest = run_generate(cfg, renderer, show_progress=False)
+        wall = time.perf_counter() - t0
+        run = manifest["this_run"]
+        out["rows"].append(
+            {
+                "row": "eyas generate --backend vllm",
+                "seconds": round(wall, 2),
+                "samples": run["samples_written"],
+                "output_tokens": run["output_tokens"],
+                "output_tokens_per_s": round(run["output_tokens"] / wall, 1),
+            }
+        )
+        if not args.no_peer:
+            out["rows"].append(_speculators_real(url, convs, toy, args, tmp))
+    off = vllm_offline(
+        {
+            "model": str(toy),
+            "prompts": prompt_ids,
+            "max_tokens": args.real_max_new,
+            "stop_token_ids": renderer.stop_token_ids,
+            "max_model_len": 4096,
+            "repeats": 1,
+        },
+        tmp,
+    )
+    out["rows"].append(
+        {
+            "row": "vLLM LLM.generate (offline)",
+            "seconds": round(off["seconds"], 2),
+            "samples": off["prompts"],
+            "output_tokens": off["output_tokens"],
+            "output_tokens_per_s": round(off["output_tokens"] / off["seconds"], 1),
+        }
+    )
+    limit = out["rows"][-1]["output_tokens_per_s"]
+    for r in out["rows"]:
+        r["ratio_vs_offline"] = round(r["output_tokens_per_s"] / limit, 2)
+    return out
+
+
+def _speculators_real(url: str, convs, toy: Path, args, tmp: Path) -> dict:
+    venv = speculators_venv()
+    chat = tmp / "real_chat.jsonl"
+    with chat.open("w") as f:
+        for c in convs:
+            last_user = max(i for i, m in enumerate(c.messages) if m["role"] == "user")
+            messages = [
+                {"role": m["role"], "content": m["content"]} for m in c.messages[: last_user + 1]
+            ]
+            f.write(json.dumps({"id": c.id, "messages": messages}) + "\n")
+    outfile = tmp / "real_peer.jsonl"
+    proc = subprocess.run(
+        [
+            str(Path(venv) / "bin" / "python"),
+            "-m",
+            "speculators",
+            "regenerate-responses",
+            "--endpoint",
+            url + "/v1/chat/completions",
+            "--model",
+            str(toy),
+            "--dataset",
+            str(chat),
+            "--limit",
+            str(len(convs)),
+            "--concurrency",
+            str(args.real_concurrency),
+            "--max-tokens",
+            str(args.real_max_new),
+            "--outfile",
+            str(outfile),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    done = re.search(r"Pipeline complete in ([0-9.]+)s: (\d+) conversations", proc.stdout)
+    if proc.returncode != 0 or done is None:
+        return {
+            "row": "speculators regenerate-responses",
+            "error": (proc.stderr or proc.stdout)[-300:],
+        }
+    seconds = float(done.group(1))
+    tokens = 0
+    for line in outfile.read_bytes().splitlines():
+        row = orjson.loads(line)
+        tokens += sum(row.get("loss_mask") or [])  # its completion tokens
+    return {
+        "row": "speculators regenerate-responses",
+        "seconds": seconds,
+        "samples": int(done.group(2)),
+        "output_tokens": tokens,
+        "output_tokens_per_s": round(tokens / seconds, 1),
+    }
+
+
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -127,6 +272,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--batch-sizes", default="1,8", help="SGLang /generate batch sizes to run")
     ap.add_argument("--no-peer", action="store_true", help="skip speculators")
+    ap.add_argument("--no-real-engine", action="store_true", help="skip the vLLM-on-CPU rows")
+    ap.add_argument("--real-prompts", type=int, default=256)
+    ap.add_argument("--real-max-new", type=int, default=128)
+    ap.add_argument("--real-concurrency", type=int, default=64)
     ap.add_argument("--json", default="bench/results/generate.json")
     args = ap.parse_args()
     rng = random.Random(0)
@@ -157,15 +306,17 @@ def main() -> None:
                 backend = BackendConfig(
                     kind="sglang", urls=[url], concurrency=args.concurrency, batch_size=batch
                 )
-                opts = GenerateOptions(
-                    prompts,
-                    tmp / f"out{batch}",
-                    backend,
-                    DatasetPlan(args.output_len + 10, {"temperature": 0.0}),
-                    show_progress=False,
+                cfg = PipelineConfig(
+                    model=ModelConfig(dir=model_dir),
+                    backend=backend,
+                    generate=GenerateConfig(
+                        max_new_tokens=args.output_len + 10,
+                        input=prompts,
+                        out=tmp / f"out{batch}",
+                    ),
                 )
                 cpu0, t0 = _cpu(), time.perf_counter()
-                manifest = run_generate(opts, renderer, model_dir)
+                manifest = run_generate(cfg, renderer, show_progress=False)
                 wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
                 n = manifest["this_run"]["samples_written"]
                 runs.append(
@@ -181,6 +332,7 @@ def main() -> None:
                     }
                 )
             peer = None if args.no_peer else run_speculators(url, prompts, model_dir, args, tmp)
+        real = None if args.no_real_engine else real_engine(args, tmp)
     out = {
         "bench": "generate_fake_sglang",
         "prompts": args.prompts,
@@ -190,6 +342,7 @@ def main() -> None:
         "goal_samples_per_s": 1500,
         "runs": runs,
         "peer": peer,
+        "real_engine": real,
     }
     if peer:
         for r in runs:
@@ -208,6 +361,20 @@ def main() -> None:
             f"{'speculators chat':<28}{peer['samples']:>22}{peer['seconds']:>22}"
             f"{peer['samples_per_s']:>22}{peer['client_cpu_s_per_1000_incl_startup']:>22}{1.0:>22}"
         )
+    if real:
+        print(
+            f"\nreal engine: vLLM on CPU, toy tiny, {real['prompts']} prompts, greedy, "
+            f"<= {real['max_new_tokens']} new tokens"
+        )
+        print(f"{'row':<36}{'seconds':>10}{'samples':>9}{'out tokens/s':>14}{'ratio':>8}")
+        for r in real["rows"]:
+            if "error" in r:
+                print(f"{r['row']:<36} failed: {r['error'][-120:]}")
+                continue
+            print(
+                f"{r['row']:<36}{r['seconds']:>10}{r['samples']:>9}"
+                f"{r['output_tokens_per_s']:>14}{r['ratio_vs_offline']:>8}"
+            )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 

@@ -1,5 +1,5 @@
 """Peer half of bench_train: speculators 0.9.0 `Eagle3DraftModel` trained on the batches
-bench_train.py exported, on CPU (sdpa attention, eager KL loss; cpu-stack.md §9.1).
+bench_train.py exported, on CPU (sdpa attention, eager KL loss; speculators on CPU).
 
 Runs in the speculators venv (tools/speculators_env.sh), not in eyas's: speculators pins
 transformers <= 5.19. Called by bench_train.py; prints one JSON object.

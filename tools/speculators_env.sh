@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the speculators 0.9.0 environment for the training-throughput peer comparison
-# (cpu-stack.md §9.1): a separate venv, because speculators pins transformers <= 5.19.
+# (speculators on CPU): a separate venv, because speculators pins transformers <= 5.19.
 # speculators and hs-connectors go in with --no-deps (their full pins pull CUDA torch), then
 # the runtime dependencies the EAGLE-3 model path imports. Idempotent via a stamp file.
 set -euo pipefail

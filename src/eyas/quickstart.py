@@ -1,4 +1,4 @@
-"""`eyas quickstart`: the toy world end to end on the embedded backend (design.md §10).
+"""`eyas quickstart`: the toy world end to end on the embedded backend (docs/architecture.md).
 
     make quickstart        # or: eyas quickstart [--out runs/quickstart] [--rows 40]
 

@@ -1,5 +1,5 @@
 """Rendering with the K2.5-style template: golden strings checked by hand against
-formats.md §2.4-2.7 (the tool-round string is the §2.7 worked example verbatim)."""
+docs/formats.md (the tool round is the K2.5 template's output, checked by hand)."""
 
 import pytest
 

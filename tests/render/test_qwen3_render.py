@@ -1,4 +1,4 @@
-"""Qwen3 profile: golden strings written by hand from formats.md §7."""
+"""Qwen3 profile: golden strings written by hand from the Qwen3 template (docs/formats.md)."""
 
 from eyas.records import Conversation
 from eyas.render import Renderer, probe_template

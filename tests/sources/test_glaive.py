@@ -1,4 +1,5 @@
-"""Glaive v2 conversion, expected rows written by hand from formats.md §6.1."""
+"""Glaive v2 conversion, expected rows written by hand from the dataset's format
+(docs/formats.md)."""
 
 import json
 

@@ -1,4 +1,5 @@
-"""Hermes and xLAM conversion, expected rows written by hand from formats.md §6.2-6.3."""
+"""Hermes and xLAM conversion, expected rows written by hand from the datasets' formats
+(docs/formats.md)."""
 
 import json
 

@@ -1,5 +1,5 @@
-"""TypeScript declaration encoder: golden strings copied from formats.md §2.9 or written by
-hand from its rules."""
+"""TypeScript declaration encoder: golden strings written by hand from the official encoder's
+rules (docs/formats.md) and checked against its output."""
 
 from eyas.tools import encode_tools_typescript
 

@@ -1,4 +1,4 @@
-"""The one backend interface: `generate(request) -> Generation`, async (design.md §6)."""
+"""The one backend interface: `generate(request) -> Generation`, async (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def transport_error(exc: BaseException) -> BackendError:
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
-# Sampling parameters both servers accept under these names (anchors.md #13: real names only).
+# Sampling parameters both servers accept under these names (bug class #13: real names only).
 SAMPLING_KEYS = (
     "temperature",
     "top_p",

@@ -1,4 +1,4 @@
-"""In-process transformers generation, batched: the embedded default (design.md §6).
+"""In-process transformers generation, batched: the embedded default (docs/architecture.md).
 
 Requests arriving concurrently are grouped into batches by (max_new_tokens, sampling) and run
 in a worker thread, so the event loop keeps serving while the model computes.

@@ -1,8 +1,8 @@
 """OpenAI-compatible `/v1/chat/completions`: text in, text out. Opt-in and LOSSY.
 
 The server renders the prompt itself (SGLang inserts `defer_loading: null` into tools and drops
-them under `tool_choice: "none"`, formats.md §4.6), returns text, and eyas must re-tokenize it:
-exactly the round trip anchors.md #3 warns about. Samples from this backend are marked lossy and
+them under `tool_choice: "none"`; docs/formats.md), returns text, and eyas must re-tokenize it:
+exactly the round trip bug class #3 warns about. Samples from this backend are marked lossy and
 the audit's `lossy-backend` check flags them. It exists for servers that offer nothing else.
 """
 

@@ -1,8 +1,8 @@
-"""SGLang native `/generate` with `input_ids` (formats.md §4).
+"""SGLang native `/generate` with `input_ids` (docs/formats.md).
 
 Always sends `max_new_tokens` (server default 128), the profile's `stop_token_ids` and
 `skip_special_tokens: false`; keeps `output_ids` exactly. A non-200 status and a 200 whose
-`finish_reason.type` is `abort` are both failures (formats.md §4.3).
+`finish_reason.type` is `abort` are both failures (docs/formats.md).
 """
 
 from __future__ import annotations

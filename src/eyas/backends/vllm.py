@@ -1,4 +1,4 @@
-"""vLLM with token ids in and out (formats.md §5).
+"""vLLM with token ids in and out (docs/formats.md).
 
 `/v1/completions` with a token-id `prompt` and `return_token_ids: true` (the returned
 `prompt_token_ids` must equal what was sent), or `/inference/v1/generate` (needs the server

@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft model, in one file (design.md §9; EAGLE-3 paper, arXiv 2503.01840).
+"""The EAGLE-3 draft model, in one file (docs/architecture.md; EAGLE-3 paper, arXiv 2503.01840).
 
 Tensor names and config fields follow SGLang's `LlamaForCausalLMEagle3`, so export is a save:
 

@@ -1,4 +1,4 @@
-"""The draft vocabulary: the most frequent *supervised* target tokens (anchors.md #41).
+"""The draft vocabulary: the most frequent *supervised* target tokens (bug class #41).
 
 `d2t[i] = used[i] - i` (target id = draft id + d2t[draft id]); `t2d` is a boolean mask over
 the target vocabulary. When the data has fewer distinct supervised tokens than requested, the

@@ -1,4 +1,4 @@
-"""Acceptance metrics. Names say what they count (anchors.md #55):
+"""Acceptance metrics. Names say what they count (bug class #55):
 
 - `acceptance_length`: tokens produced per target verify step, bonus included (SGLang's
   definition); the prefill's first token is not a verify step and is not counted.

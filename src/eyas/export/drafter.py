@@ -7,8 +7,8 @@
 
 Tensor names are the drafter's own (they already follow SGLang), so export is a save. The
 config is derived from the trained drafter and the target's `config.json`, never copied from
-another model (anchors.md #49), and carries only what was trained (no injected rope scaling,
-anchors.md #53). The embedding is exported equal to the target's (anchors.md #50).
+another model (bug class #49), and carries only what was trained (no injected rope scaling,
+bug class #53). The embedding is exported equal to the target's (bug class #50).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The export validator: run on every export and as `eyas export check DIR`.
 
 It knows which tensors SGLang and vLLM load and checks their presence, shapes, dtypes and
-values: the embedding must equal the target's (random embeddings: anchors.md #50), d2t/t2d
+values: the embedding must equal the target's (random embeddings: bug class #50), d2t/t2d
 must agree, the aux layer ids must lie inside the target's depth, and
-`max_position_embeddings` must cover the training data's p99 length (anchors.md #48).
+`max_position_embeddings` must cover the training data's p99 length (bug class #48).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The async generation orchestrator (design.md §7).
+"""The async generation orchestrator (docs/architecture.md).
 
 - bounded in-flight requests: `concurrency` per server, least-outstanding routing across URLs;
 - retries with exponential backoff and jitter on retryable failures (connection errors,

@@ -1,4 +1,4 @@
-"""Probe a chat template with dummy conversations before rendering a dataset (design.md §5).
+"""Probe a chat template with dummy conversations before rendering a dataset (docs/architecture.md).
 
 Like TRL's `is_chat_template_prefix_preserving`: eyas's correctness rests on a template it
 does not control, so it observes what the template does and records it in the manifest.

@@ -1,6 +1,6 @@
 """Render conversations to prompt ids with the target tokenizer's own chat template.
 
-One render function serves every stage (anchors.md #30): convert output goes in, the exact
+One render function serves every stage (bug class #30): convert output goes in, the exact
 `prompt_ids` that generation sends come out. eyas never writes a template for a real target;
 it only supplies what the official tokenizer would (`tools_ts_str` for Kimi-K2.5 when the
 tokenizer is a fast-tokenizer conversion without Moonshot's Python override).
@@ -273,7 +273,7 @@ class Renderer:
         return RenderedPrompt(self.encode(text), text, turn, notes)
 
     def render_conversation(self, conv: Conversation) -> RenderedPrompt:
-        """Prompt for regenerating the conversation's last assistant turn (design.md §11);
+        """Prompt for regenerating the conversation's last assistant turn (docs/architecture.md);
         a conversation with no assistant turn is rendered whole."""
         messages, notes = self.prepare(conv)
         return self.render_turn(messages, conv.tools, last_assistant_index(messages), notes)

@@ -1,4 +1,4 @@
-"""glaiveai/glaive-function-calling-v2: `system` + `chat` strings (formats.md §6.1).
+"""glaiveai/glaive-function-calling-v2: `system` + `chat` strings (docs/formats.md).
 
 The system string carries pretty-printed JSON function objects after a boilerplate sentence;
 the chat string has `USER:` / `ASSISTANT:` / `FUNCTION RESPONSE:` turns, assistant turns end

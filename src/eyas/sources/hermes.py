@@ -1,4 +1,4 @@
-"""NousResearch/hermes-function-calling-v1 (formats.md §6.2).
+"""NousResearch/hermes-function-calling-v1 (docs/formats.md).
 
 Rows hold `conversations: [{"from": system|human|gpt|tool, "value": str}]`. Tools sit in the
 system prompt inside `<tools>...</tools>` (JSON or Python-repr dicts), calls are

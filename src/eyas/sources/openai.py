@@ -1,4 +1,4 @@
-"""OpenAI messages with tools (formats.md §6.6), eyas's canonical shape.
+"""OpenAI messages with tools (docs/formats.md), eyas's canonical shape.
 
 Also accepts the legacy `function_call` field and `role: "function"` results. Arguments given
 as objects are encoded to JSON strings; calls without ids get Kimi-style ids.

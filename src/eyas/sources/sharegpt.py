@@ -1,4 +1,4 @@
-"""ShareGPT (formats.md §6.4): `conversations: [{"from", "value"}]`, or `role`/`content` keys.
+"""ShareGPT (docs/formats.md): `conversations: [{"from", "value"}]`, or `role`/`content` keys.
 
 `function_call` turns become assistant tool calls, `observation`/`tool`/`function` turns tool
 results; an optional row-level `system` string and `tools` (JSON string, LLaMA-Factory style)

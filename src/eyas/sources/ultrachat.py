@@ -1,4 +1,4 @@
-"""UltraChat (formats.md §6.5): HuggingFaceH4/ultrachat_200k `messages`, or the original
+"""UltraChat (docs/formats.md): HuggingFaceH4/ultrachat_200k `messages`, or the original
 stingning/ultrachat `data` list of strings alternating user and assistant."""
 
 from __future__ import annotations

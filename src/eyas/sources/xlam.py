@@ -1,4 +1,4 @@
-"""Salesforce/xlam-function-calling-60k (formats.md §6.3).
+"""Salesforce/xlam-function-calling-60k (docs/formats.md).
 
 Rows: `query` (str), `tools` and `answers` as JSON strings. Tool parameters are not JSON
 Schema: `{name: {type: "List[int]", description, default?}}`, optional ones marked

@@ -4,7 +4,7 @@ of becoming 100M Python ints.
 
 Accepted inputs: an eyas stage directory (`part-*.parquet`), an eyas run directory (its
 `generate/` stage), any Parquet file or folder with at least `id`, `prompt_ids`, `output_ids`,
-and the interchange JSONL of design.md §3 (Sample field names, ids as JSON integer lists).
+and the interchange JSONL of docs/architecture.md (Sample field names, ids as JSON integer lists).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`eyas toy build`: a small Kimi-format target model, built on CPU (design.md §10).
+"""`eyas toy build`: a small Kimi-format target model, built on CPU (docs/architecture.md).
 
     eyas toy build --preset tiny            # about 30 s; the test suite's fixture
     eyas toy build --preset small           # a few minutes; the quickstart's target

@@ -231,7 +231,7 @@ def _pick_tools(rng: random.Random, used: str) -> list[str]:
 
 
 def glaive_row(rng: random.Random) -> dict:
-    """B1: glaive-function-calling-v2 text format (formats.md §6.1)."""
+    """B1: glaive-function-calling-v2 text format (docs/formats.md)."""
     if rng.random() < 0.2:
         animal = rng.choice(list(ANIMALS))
         return {
@@ -267,7 +267,7 @@ HERMES_SYSTEM = (
 
 
 def hermes_row(rng: random.Random) -> dict:
-    """B2: hermes-function-calling-v1 with Python-repr tools and calls (formats.md §6.2)."""
+    """B2: hermes-function-calling-v1 with Python-repr tools and calls (docs/formats.md)."""
     used = rng.choice(list(TOOLS))
     names = _pick_tools(rng, used)
     q, args, result, answer = _task(rng, used)
@@ -301,7 +301,7 @@ _XLAM_TYPES = {"string": "str", "number": "float", "integer": "int"}
 
 
 def xlam_row(rng: random.Random) -> dict:
-    """B3: xLAM/APIGen with JSON-string fields and Python-ish types (formats.md §6.3)."""
+    """B3: xLAM/APIGen with JSON-string fields and Python-ish types (docs/formats.md)."""
     used = rng.choice(list(TOOLS))
     names = _pick_tools(rng, used)
     tools = []

@@ -1,8 +1,8 @@
 """Byte-level BPE tokenizers trained locally, with a model family's control tokens.
 
-Each control token is a single special token, with the family's own names (formats.md §2.3,
-§7). The result is a standard `PreTrainedTokenizerFast` directory: loadable with
-`AutoTokenizer` and no `trust_remote_code`.
+Each control token is a single special token, with the family's own names (docs/formats.md).
+The result is a standard `PreTrainedTokenizerFast` directory: loadable with `AutoTokenizer` and
+no `trust_remote_code`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Training sequences from samples: `prompt_ids + output_ids`, token for token, with a mask.
 
-Nothing is re-tokenized or re-rendered here (anchors.md #30): the sequence is exactly what was
+Nothing is re-tokenized or re-rendered here (bug class #30): the sequence is exactly what was
 sent and sampled. `supervised[k] = 1` iff token k is a generated token the drafter must learn
 (every output token, or the sample's `loss_mask`); prompt tokens are never supervised.
 """
