@@ -262,7 +262,8 @@ def audit(
         typer.Option(help="quarantine list (default: beside the data, where training looks)"),
     ] = None,
     max_quarantine: Annotated[
-        float, typer.Option(help="fail when a dataset quarantines more than this share")
+        float,
+        typer.Option(help="fail when a dataset quarantines more than this share (95% lower bound)"),
     ] = 0.05,
     allow_incomplete: Annotated[
         bool, typer.Option("--allow-incomplete", help="exit 0 when checks were skipped")

@@ -122,6 +122,18 @@ def test_quarantine_rows_and_the_gate(tmp_path, world, kimi_dir):
     }
 
 
+def test_the_gate_wants_evidence_of_a_share_over_the_limit():
+    from eyas.audit.run import share_lower_bound
+
+    # A few bad generations in a small dataset are not a systematic fault...
+    assert share_lower_bound(2, 37) < 0.05 < 2 / 37
+    # ...the same share over a real regeneration is.
+    assert share_lower_bound(5400, 100_000) > 0.05
+    assert share_lower_bound(0, 50) == 0.0 and 0 < share_lower_bound(1, 13) < 1 / 13
+    # Wilson's bound for 2/37 at 95% (computed by hand): 0.0150.
+    assert abs(share_lower_bound(2, 37) - 0.0150) < 5e-4
+
+
 def test_a_whole_dataset_rendered_naively_fails_on_tool_format(tmp_path, world, kimi_dir):
     naive = [PLANTS["glaive_in_system"](world, v).sample for v in range(6)]
     for s in naive:

@@ -13,6 +13,7 @@ Verdicts and exit codes:
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -242,6 +243,16 @@ def run_audit(
     return result
 
 
+def share_lower_bound(k: int, n: int, z: float = 1.96) -> float:
+    """Wilson score lower bound of a proportion k/n (0 when k is 0)."""
+    if k <= 0 or n <= 0:
+        return 0.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)
+
+
 def _gate(
     table: SampleTable,
     dataset: str,
@@ -250,19 +261,23 @@ def _gate(
     quarantine: dict[str, dict],
     options: AuditOptions,
 ) -> list[Finding]:
-    """A dataset quarantining more than `max_quarantine` of its samples is not a few bad
+    """A dataset that quarantines more than `max_quarantine` of its samples is not a few bad
     generations but a systematic fault: promote it to a systemic error, named after the checks
-    that quarantined the most."""
+    that quarantined the most.
+
+    "More than" means the 95% lower confidence bound of the quarantined share (Wilson) is over
+    the limit, not the raw share: 2 bad samples of 37 (5.4%) are a few bad generations, 5,400 of
+    100,000 are a fault."""
     rows = [r for r in quarantine.values() if r["dataset"] == dataset]
-    share = len(rows) / max(1, len(idx))
-    if share <= options.max_quarantine:
+    total = max(1, len(idx))
+    if share_lower_bound(len(rows), total) <= options.max_quarantine:
         return []
     by_check = defaultdict(int)
     for r in rows:
         by_check[r["check"]] += 1
     out = []
     for check, n in sorted(by_check.items(), key=lambda kv: -kv[1]):
-        if n / len(idx) <= options.max_quarantine and out:
+        if share_lower_bound(n, total) <= options.max_quarantine and out:
             continue
         reasons = sorted({f.reason for f in findings if f.check == check and f.dataset == dataset})
         out.append(
@@ -274,8 +289,9 @@ def _gate(
                 n,
                 len(idx),
                 [r["id"] for r in rows if r["check"] == check][: options.num_examples],
-                f"{n / len(idx):.0%} of {dataset} quarantined by {check} ({', '.join(reasons)}): "
-                f"over the {options.max_quarantine:.0%} limit, the whole dataset is suspect",
+                f"{n / len(idx):.1%} of {dataset} quarantined by {check} ({', '.join(reasons)}; "
+                f"95% lower bound {share_lower_bound(n, total):.1%}): over the "
+                f"{options.max_quarantine:.0%} limit, the whole dataset is suspect",
                 systemic=True,
             )
         )
