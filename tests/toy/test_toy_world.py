@@ -44,7 +44,8 @@ def test_tiny_target_loads_without_remote_code(toy_tiny):
     info = json.loads((toy_tiny / "toy.json").read_text())
     assert info["preset"] == "tiny" and set(info["quality"]) >= {
         "tool_call_rate",
-        "chat_end_rate",
+        "no_tool_clean_rate",
+        "stop_rate",
         "b1_naive_tool_call_rate",
     }
 
