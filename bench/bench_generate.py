@@ -20,6 +20,7 @@ and tokenizer load, like eyas's figure); its CPU figure includes process start-u
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -29,6 +30,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import orjson
 from peers import speculators_venv
@@ -146,35 +148,58 @@ def real_engine(args, tmp: Path) -> dict:
     render_file(renderer, converted, rendered)
     rows = [orjson.loads(line) for line in rendered.read_bytes().splitlines()]
     prompt_ids = [r["prompt_ids"] for r in rows]
-    server_args = ["--dtype", "auto", "--enforce-eager", "--max-model-len", "4096"]
+    server_args = [
+        "--dtype",
+        "auto",
+        "--enforce-eager",
+        "--max-model-len",
+        "4096",
+        "--enable-scale-out",
+    ]
     out: dict = {"prompts": len(rows), "max_new_tokens": args.real_max_new, "rows": []}
-    with vllm_server(vllm_python(), toy, server_args, None, tmp / "real_server.log") as url:
-        warm = PipelineConfig(
-            model=ModelConfig(dir=toy),
-            backend=BackendConfig(kind="vllm", urls=[url], concurrency=4),
-            generate=GenerateConfig(max_new_tokens=8, input=rendered, out=tmp / "real_warm"),
-        )
-        run_generate(warm, renderer, show_progress=False)
+
+    def eyas_row(name: str, cfg: PipelineConfig) -> dict:
+        walls, run = [], {}
+        for k in range(args.real_repeats):
+            cfg_k = cfg.model_copy(
+                update={"generate": cfg.generate.model_copy(update={"out": tmp / f"{name}{k}"})}
+            )
+            t0 = time.perf_counter()
+            run = run_generate(cfg_k, renderer, show_progress=False)["this_run"]
+            walls.append(time.perf_counter() - t0)
+        return _row(name, walls, run["samples_written"], run["output_tokens"])
+
+    # served under its path: speculators sends the tokenizer path as the model name
+    with vllm_server(
+        vllm_python(), toy, server_args, None, tmp / "real_server.log", served_name=str(toy)
+    ) as url:
+        backend = BackendConfig(kind="vllm", urls=[url], concurrency=args.real_concurrency)
         cfg = PipelineConfig(
             model=ModelConfig(dir=toy),
-            backend=BackendConfig(kind="vllm", urls=[url], concurrency=args.real_concurrency),
-            generate=GenerateConfig(
-                max_new_tokens=args.real_max_new, input=rendered, out=tmp / "real_gen"
+            backend=backend,
+            generate=GenerateConfig(max_new_tokens=args.real_max_new, input=rendered),
+        )
+        eyas_row(
+            "warm-up",
+            cfg.model_copy(
+                update={"generate": cfg.generate.model_copy(update={"max_new_tokens": 8})}
             ),
         )
-        t0 = time.perf_counter()
-        manifest = run_generate(cfg, renderer, show_progress=False)
-        wall = time.perf_counter() - t0
-        run = manifest["this_run"]
+        out["rows"].append(eyas_row("eyas generate --backend vllm", cfg))
+        tokens = backend.model_copy(update={"vllm_endpoint": "generate"})
         out["rows"].append(
-            {
-                "row": "eyas generate --backend vllm",
-                "seconds": round(wall, 2),
-                "samples": run["samples_written"],
-                "output_tokens": run["output_tokens"],
-                "output_tokens_per_s": round(run["output_tokens"] / wall, 1),
-            }
+            eyas_row("eyas, /inference/v1/generate", cfg.model_copy(update={"backend": tokens}))
         )
+        stops = renderer.stop_token_ids()
+        walls, produced = [], 0
+        for _ in range(args.real_repeats):
+            wall, produced = asyncio.run(
+                _bare_client(
+                    url, str(toy), prompt_ids, args.real_max_new, stops, args.real_concurrency
+                )
+            )
+            walls.append(wall)
+        out["rows"].append(_row("bare HTTP client (no eyas)", walls, len(prompt_ids), produced))
         if not args.no_peer:
             out["rows"].append(_speculators_real(url, convs, toy, args, tmp))
     off = vllm_offline(
@@ -182,25 +207,68 @@ def real_engine(args, tmp: Path) -> dict:
             "model": str(toy),
             "prompts": prompt_ids,
             "max_tokens": args.real_max_new,
-            "stop_token_ids": renderer.stop_token_ids,
+            "stop_token_ids": renderer.stop_token_ids(),
             "max_model_len": 4096,
-            "repeats": 1,
+            "repeats": args.real_repeats,
         },
         tmp,
     )
     out["rows"].append(
-        {
-            "row": "vLLM LLM.generate (offline)",
-            "seconds": round(off["seconds"], 2),
-            "samples": off["prompts"],
-            "output_tokens": off["output_tokens"],
-            "output_tokens_per_s": round(off["output_tokens"] / off["seconds"], 1),
-        }
+        _row("vLLM LLM.generate (offline)", off["runs"], off["prompts"], off["output_tokens"])
     )
     limit = out["rows"][-1]["output_tokens_per_s"]
     for r in out["rows"]:
         r["ratio_vs_offline"] = round(r["output_tokens_per_s"] / limit, 2)
     return out
+
+
+async def _bare_client(url: str, model: str, prompts, max_new: int, stop_ids, concurrency: int):
+    """The same requests eyas sends (token-id prompts, greedy, stop ids), from a minimal
+    aiohttp client that keeps nothing: what the server allows over HTTP."""
+    import aiohttp
+
+    sem = asyncio.Semaphore(concurrency)
+    tokens = 0
+    async with aiohttp.ClientSession() as session:
+
+        async def one(ids):
+            nonlocal tokens
+            body = {
+                "model": model,
+                "prompt": ids,
+                "max_tokens": max_new,
+                "temperature": 0.0,
+                "stop_token_ids": stop_ids,
+                "skip_special_tokens": False,
+                "return_token_ids": True,
+            }
+            async with (
+                sem,
+                session.post(
+                    url + "/v1/completions",
+                    data=orjson.dumps(body),
+                    headers={"Content-Type": "application/json"},
+                ) as r,
+            ):
+                r.raise_for_status()
+                tokens += len(orjson.loads(await r.read())["choices"][0]["token_ids"])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(ids) for ids in prompts))
+        return time.perf_counter() - t0, tokens
+
+
+def _row(name: str, walls: list[float], samples: int, tokens: int) -> dict:
+    """A timed row: the median of the repeats."""
+    wall = median(walls)
+    return {
+        "row": name,
+        "seconds": round(wall, 2),
+        "runs": [round(w, 2) for w in walls],
+        "samples": samples,
+        "output_tokens": tokens,
+        "output_tokens_per_s": round(tokens / wall, 1),
+    }
 
 
 def _speculators_real(url: str, convs, toy: Path, args, tmp: Path) -> dict:
@@ -273,9 +341,10 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="1,8", help="SGLang /generate batch sizes to run")
     ap.add_argument("--no-peer", action="store_true", help="skip speculators")
     ap.add_argument("--no-real-engine", action="store_true", help="skip the vLLM-on-CPU rows")
-    ap.add_argument("--real-prompts", type=int, default=256)
+    ap.add_argument("--real-prompts", type=int, default=1024)
     ap.add_argument("--real-max-new", type=int, default=128)
-    ap.add_argument("--real-concurrency", type=int, default=64)
+    ap.add_argument("--real-concurrency", type=int, default=256)
+    ap.add_argument("--real-repeats", type=int, default=3, help="timed runs per row (median)")
     ap.add_argument("--json", default="bench/results/generate.json")
     args = ap.parse_args()
     rng = random.Random(0)
@@ -366,10 +435,10 @@ def main() -> None:
             f"\nreal engine: vLLM on CPU, toy tiny, {real['prompts']} prompts, greedy, "
             f"<= {real['max_new_tokens']} new tokens"
         )
-        print(f"{'row':<36}{'seconds':>10}{'samples':>9}{'out tokens/s':>14}{'ratio':>8}")
+        print(f"{'row':<40}{'seconds':>10}{'samples':>9}{'out tokens/s':>14}{'ratio':>8}")
         for r in real["rows"]:
             if "error" in r:
-                print(f"{r['row']:<36} failed: {r['error'][-120:]}")
+                print(f"{r['row']:<40} failed: {r['error'][-120:]}")
                 continue
             print(
                 f"{r['row']:<36}{r['seconds']:>10}{r['samples']:>9}"

@@ -77,12 +77,20 @@ class RetryConfig(_Strict):
     )
 
 
+DEFAULT_CONCURRENCY = {"vllm": 256, "openai_chat": 256, "sglang": 64, "local": 16}
+
+
 class BackendConfig(_Strict):
     kind: Literal["sglang", "vllm", "openai_chat", "local"] = Field(
         "local", description="where generation runs"
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
-    concurrency: int = Field(64, ge=1, description="in-flight requests per server")
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="in-flight requests per server (default: vllm and openai_chat 256, sglang "
+        "64 calls of batch_size prompts, local 16 prompts per batch)",
+    )
     batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
     timeout_s: float = Field(600.0, gt=0, description="seconds per request")
     ready_timeout_s: float = Field(600.0, ge=0, description="seconds to wait for the servers")
@@ -105,6 +113,10 @@ class BackendConfig(_Strict):
     def _urls_for_http(self) -> BackendConfig:
         if self.kind != "local" and not self.urls:
             raise ValueError(f"backend.kind={self.kind!r} needs at least one url")
+        if self.concurrency is None:
+            # Enough in flight that the server's scheduler batches fully (vLLM runs up to 256
+            # sequences by default; measured on CPU: 512 in flight 1.7x faster than 64).
+            self.concurrency = DEFAULT_CONCURRENCY[self.kind]
         return self
 
 

@@ -104,7 +104,8 @@ class VLLMBackend:
             else:
                 payload = {
                     "token_ids": request.prompt_ids,
-                    "sampling_params": params,
+                    # ids are the record: the server need not detokenize at all
+                    "sampling_params": {**params, "detokenize": False},
                     "request_id": request.id,
                     "model": self.model,
                 }
