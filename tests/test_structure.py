@@ -94,4 +94,7 @@ def test_cli_defaults_come_from_the_schema():
     default_ttt = TrainConfig.model_fields["ttt"].default
     assert f"[ttt; default {default_ttt}]" in text
     generate = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "300"}).output
-    assert "[backend.concurrency; default 64]" in generate and "--url" in generate
+    from eyas.config import BackendConfig
+
+    batch = BackendConfig.model_fields["batch_size"].default
+    assert f"[backend.batch_size; default {batch}]" in generate and "--url" in generate

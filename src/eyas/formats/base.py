@@ -272,6 +272,20 @@ class ModelFormat:
         return ParsedOutput(None, _decode(tokenizer, body), ended=end is not None)
 
 
+class DeclarationTurn(ModelFormat):
+    """A format that declares tools in a turn of its own, which `split_turns` labels with the
+    role "declaration" (Kimi's `tool_declare`, GLM's tools system turn)."""
+
+    def declaration_body(self, turns: list[Turn]) -> str | None:
+        return next((t.body for t in turns if t.role == "declaration"), None)
+
+    def message_turns(self, turns: list[Turn]) -> list[Turn]:
+        return [t for t in turns if t.role != "declaration"]
+
+    def declares_tools(self, turns: list[Turn], tools: list[dict]) -> bool:
+        return self.declaration_body(turns) is not None
+
+
 def _decode(tokenizer: Any, ids: list[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False) if len(ids) else ""
 
@@ -291,6 +305,43 @@ def split_reasoning(
     if open_id in head:
         head = head[head.index(open_id) + 1 :]
     return head, k + 1
+
+
+def parse_tagged_calls(
+    ids: list[int],
+    tokenizer: Any,
+    markers: dict[str, int],
+    stops: set[int],
+    parse_call: Any,
+    strip: str | None = None,
+) -> ParsedOutput:
+    """Output of a format whose calls are `<tool_call>...</tool_call>` blocks after optional
+    reasoning and content (Qwen3, GLM-4.5): cut at the first stop id, split the reasoning, then
+    hand each block's ids to `parse_call(ids, out)`. `strip`: characters stripped from the
+    reasoning and content (None: whitespace)."""
+    end = next((i for i, t in enumerate(ids) if t in stops), None)
+    body = list(ids) if end is None else list(ids[:end])
+    open_call, close_call = markers.get("<tool_call>"), markers.get("</tool_call>")
+    first_call = body.index(open_call) if open_call in body else len(body)
+    think_open, think_close = markers.get("<think>"), markers.get("</think>")
+    head, start = split_reasoning(body, think_open, think_close, first_call)
+    reasoning = None if head is None else _decode(tokenizer, head).strip(strip)
+    content = _decode(tokenizer, body[start:first_call]).strip(strip)
+    out = ParsedOutput(reasoning, content, ended=end is not None)
+    i = first_call
+    while i < len(body):
+        if body[i] != open_call:
+            if _decode(tokenizer, body[i : i + 1]).strip():
+                out.malformed.append("text_between_calls")
+            i += 1
+            continue
+        if close_call not in body[i:]:
+            out.malformed.append("unterminated_tool_call")
+            break
+        e = body.index(close_call, i)
+        out.calls.append(parse_call(body[i + 1 : e], out))
+        i = e + 1
+    return out
 
 
 def json_arguments(call: ParsedCall) -> ParsedCall:

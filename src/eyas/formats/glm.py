@@ -16,7 +16,14 @@ import json
 import re
 from typing import Any, ClassVar
 
-from eyas.formats.base import ModelFormat, ParsedCall, ParsedOutput, Turn, _decode, split_reasoning
+from eyas.formats.base import (
+    DeclarationTurn,
+    ParsedCall,
+    ParsedOutput,
+    Turn,
+    _decode,
+    parse_tagged_calls,
+)
 
 _ROLE_TOKENS = {
     "<|system|>": "system",
@@ -27,7 +34,7 @@ _ROLE_TOKENS = {
 _SPLIT = re.compile("(" + "|".join(re.escape(t) for t in _ROLE_TOKENS) + ")")
 
 
-class Glm45(ModelFormat):
+class Glm45(DeclarationTurn):
     name: ClassVar[str] = "glm-4.5"
     stop_tokens = ("<|endoftext|>", "<|user|>", "<|observation|>")
     thinking_key = "enable_thinking"
@@ -111,15 +118,6 @@ class Glm45(ModelFormat):
             turns.append(Turn(role, token, body))
         return turns
 
-    def declaration_body(self, turns: list[Turn]) -> str | None:
-        return next((t.body for t in turns if t.role == "declaration"), None)
-
-    def message_turns(self, turns: list[Turn]) -> list[Turn]:
-        return [t for t in turns if t.role != "declaration"]
-
-    def declares_tools(self, turns: list[Turn], tools: list[dict]) -> bool:
-        return self.declaration_body(turns) is not None
-
     def kept_history_reasoning(self, history: list[dict]) -> list[str]:
         last_user = max((k for k, m in enumerate(history) if m.get("role") == "user"), default=-1)
         return [
@@ -137,29 +135,9 @@ class Glm45(ModelFormat):
     ) -> ParsedOutput:
         m = self.marker_ids(tokenizer)
         stops = stop_ids if stop_ids is not None else set(self.stop_token_ids(tokenizer))
-        ids = list(ids)
-        end = next((i for i, t in enumerate(ids) if t in stops), None)
-        body = ids if end is None else ids[:end]
-        open_call, close_call = m.get("<tool_call>"), m.get("</tool_call>")
-        first_call = body.index(open_call) if open_call in body else len(body)
-        head, start = split_reasoning(body, m.get("<think>"), m.get("</think>"), first_call)
-        reasoning = None if head is None else _decode(tokenizer, head).strip()
-        content = _decode(tokenizer, body[start:first_call]).strip()
-        out = ParsedOutput(reasoning, content, ended=end is not None)
-        i = first_call
-        while i < len(body):
-            if body[i] != open_call:
-                if _decode(tokenizer, body[i : i + 1]).strip():
-                    out.malformed.append("text_between_calls")
-                i += 1
-                continue
-            if close_call not in body[i:]:
-                out.malformed.append("unterminated_tool_call")
-                break
-            e = body.index(close_call, i)
-            out.calls.append(self._call(body[i + 1 : e], tokenizer, m, out))
-            i = e + 1
-        return out
+        return parse_tagged_calls(
+            ids, tokenizer, m, stops, lambda body, out: self._call(body, tokenizer, m, out)
+        )
 
     def _call(self, ids: list[int], tokenizer: Any, m: dict, out: ParsedOutput) -> ParsedCall:
         key_open, key_close = m.get("<arg_key>"), m.get("</arg_key>")

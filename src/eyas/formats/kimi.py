@@ -15,7 +15,7 @@ import re
 from typing import Any, ClassVar
 
 from eyas.formats.base import (
-    ModelFormat,
+    DeclarationTurn,
     ParsedCall,
     ParsedOutput,
     Turn,
@@ -45,7 +45,7 @@ _MARKERS = (
 )
 
 
-class KimiK2(ModelFormat):
+class KimiK2(DeclarationTurn):
     name: ClassVar[str] = "kimi-k2"
     stop_tokens = ("<|im_end|>", "[EOS]")
     declaration_style = "json"
@@ -130,15 +130,6 @@ class KimiK2(ModelFormat):
                 role = cls
             turns.append(Turn(role, label, body))
         return turns
-
-    def declaration_body(self, turns: list[Turn]) -> str | None:
-        return next((t.body for t in turns if t.role == "declaration"), None)
-
-    def message_turns(self, turns: list[Turn]) -> list[Turn]:
-        return [t for t in turns if t.role != "declaration"]
-
-    def declares_tools(self, turns: list[Turn], tools: list[dict]) -> bool:
-        return self.declaration_body(turns) is not None
 
     def kept_history_reasoning(self, history: list[dict]) -> list[str]:
         """The template keeps reasoning only after the last assistant turn without tool calls

@@ -13,7 +13,14 @@ import json
 import re
 from typing import Any, ClassVar
 
-from eyas.formats.base import ModelFormat, ParsedCall, ParsedOutput, Turn, _decode, split_reasoning
+from eyas.formats.base import (
+    ModelFormat,
+    ParsedCall,
+    ParsedOutput,
+    Turn,
+    _decode,
+    parse_tagged_calls,
+)
 
 _DECLARATION = re.compile(
     r"# Tools\n\nYou may call one or more functions.*?</tool_call>(?=$)", re.DOTALL
@@ -121,29 +128,10 @@ class Qwen3(ModelFormat):
     def parse_output(
         self, ids: list[int], tokenizer: Any, stop_ids: set[int] | None = None
     ) -> ParsedOutput:
-        m = self.marker_ids(tokenizer)
         stops = stop_ids if stop_ids is not None else set(self.stop_token_ids(tokenizer))
-        ids = list(ids)
-        end = next((i for i, t in enumerate(ids) if t in stops), None)
-        body = ids if end is None else ids[:end]
-        open_call, close_call = m.get("<tool_call>"), m.get("</tool_call>")
-        first_call = body.index(open_call) if open_call in body else len(body)
-        head, start = split_reasoning(body, m.get("<think>"), m.get("</think>"), first_call)
-        reasoning = None if head is None else _decode(tokenizer, head).strip("\n")
-        content = _decode(tokenizer, body[start:first_call]).strip("\n")
-        out = ParsedOutput(reasoning, content, ended=end is not None)
-        i = first_call
-        while i < len(body):
-            if body[i] != open_call:
-                if _decode(tokenizer, body[i : i + 1]).strip():
-                    out.malformed.append("text_between_calls")
-                i += 1
-                continue
-            if close_call not in body[i:]:
-                out.malformed.append("unterminated_tool_call")
-                break
-            e = body.index(close_call, i)
-            text = _decode(tokenizer, body[i + 1 : e]).strip()
+
+        def parse_call(body: list[int], out: ParsedOutput) -> ParsedCall:
+            text = _decode(tokenizer, body).strip()
             call = ParsedCall(text, None, None, "")
             try:
                 obj = json.loads(text)
@@ -155,6 +143,8 @@ class Qwen3(ModelFormat):
                 call.valid_json = isinstance(args, dict)
             except (json.JSONDecodeError, AttributeError):
                 out.malformed.append("unparseable_tool_call")
-            out.calls.append(call)
-            i = e + 1
-        return out
+            return call
+
+        return parse_tagged_calls(
+            ids, tokenizer, self.marker_ids(tokenizer), stops, parse_call, strip="\n"
+        )

@@ -11,39 +11,23 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
+from eyas.formats.kimi import KimiK2
+from eyas.formats.qwen3 import Qwen3
+
+# The formats' control tokens, in the formats' order (token ids follow it), plus what the real
+# tokenizers also register.
 KIMI_SPECIAL_TOKENS = (
     "[PAD]",
     "[BOS]",
     "[EOS]",
     "[UNK]",
-    "<|im_end|>",
-    "<|im_user|>",
-    "<|im_assistant|>",
-    "<|im_system|>",
-    "<|im_middle|>",
-    "<|tool_calls_section_begin|>",
-    "<|tool_calls_section_end|>",
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-    "<think>",
-    "</think>",
+    *KimiK2.markers,
     "<|media_begin|>",
     "<|media_content|>",
     "<|media_pad|>",
     "<|media_end|>",
 )
-QWEN3_SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
-)
+QWEN3_SPECIAL_TOKENS = ("<|endoftext|>", *Qwen3.markers)
 FAMILIES = {
     "kimi": {
         "special": KIMI_SPECIAL_TOKENS,
