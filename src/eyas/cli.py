@@ -18,6 +18,7 @@ an invalid export) exits 1. No traceback for either.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -421,6 +422,14 @@ def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None
     finally:
         trainer.cleanup()
     console.print(f"drafter -> {path}")
+    if trainer.world > 1:
+        # Everything is written and the process group destroyed. Skip interpreter teardown:
+        # gloo's worker threads can abort the process there (SIGABRT, "terminate called
+        # without an active exception"; pytorch/pytorch#179291), which torchrun would report as
+        # a failed job. Seen once in CI on a loaded 2-core machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 # -- export --------------------------------------------------------------------------------------
