@@ -119,7 +119,8 @@ def normalize_role_order(draft: Draft) -> None:
         if any(msgs[i]["role"] != "assistant" or msgs[i].get("tool_calls") for i in leading):
             raise ConversionError("bad_role_order", "tool turns before the first user turn")
         draft.notes.append(f"{len(leading)} assistant turn(s) before the first user turn dropped")
-        msgs[:] = [m for i, m in enumerate(msgs) if i not in set(leading)]
+        dropped = set(leading)
+        msgs[:] = [m for i, m in enumerate(msgs) if i not in dropped]
     out: list[dict] = []
     for msg in msgs:
         prev = out[-1] if out else None
