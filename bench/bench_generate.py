@@ -59,8 +59,44 @@ def bench_tokenizer(out: Path) -> Path:
     return save_tokenizer(train_tokenizer(corpus, 4200), out)
 
 
+def _regenerate(
+    endpoint: str,
+    model: Path,
+    dataset: Path,
+    limit: int,
+    concurrency: int,
+    max_tokens: int,
+    outfile: Path,
+) -> subprocess.CompletedProcess:
+    """speculators 0.9.0 `regenerate-responses` in its own venv."""
+    return subprocess.run(
+        [
+            str(speculators_venv() / "bin" / "python"),
+            "-m",
+            "speculators",
+            "regenerate-responses",
+            "--endpoint",
+            endpoint,
+            "--model",
+            str(model),
+            "--dataset",
+            str(dataset),
+            "--limit",
+            str(limit),
+            "--concurrency",
+            str(concurrency),
+            "--max-tokens",
+            str(max_tokens),
+            "--outfile",
+            str(outfile),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+
+
 def run_speculators(url: str, prompts: Path, model_dir: Path, args, tmp: Path) -> dict:
-    venv = speculators_venv()
     chat = tmp / "chat.jsonl"
     with prompts.open("rb") as src, chat.open("wb") as dst:
         for line in src:
@@ -73,30 +109,14 @@ def run_speculators(url: str, prompts: Path, model_dir: Path, args, tmp: Path) -
     out = tmp / "peer.jsonl"
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [
-            str(Path(venv) / "bin" / "python"),
-            "-m",
-            "speculators",
-            "regenerate-responses",
-            "--endpoint",
-            url + "/v1/chat/completions",
-            "--model",
-            str(model_dir),
-            "--dataset",
-            str(chat),
-            "--limit",
-            str(args.prompts),
-            "--concurrency",
-            str(args.concurrency),
-            "--max-tokens",
-            str(args.output_len + 10),
-            "--outfile",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    proc = _regenerate(
+        url + "/v1/chat/completions",
+        model_dir,
+        chat,
+        args.prompts,
+        args.concurrency,
+        args.output_len + 10,
+        out,
     )
     total = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -272,7 +292,6 @@ def _row(name: str, walls: list[float], samples: int, tokens: int) -> dict:
 
 
 def _speculators_real(url: str, convs, toy: Path, args, tmp: Path) -> dict:
-    venv = speculators_venv()
     chat = tmp / "real_chat.jsonl"
     with chat.open("w") as f:
         for c in convs:
@@ -282,30 +301,14 @@ def _speculators_real(url: str, convs, toy: Path, args, tmp: Path) -> dict:
             ]
             f.write(json.dumps({"id": c.id, "messages": messages}) + "\n")
     outfile = tmp / "real_peer.jsonl"
-    proc = subprocess.run(
-        [
-            str(Path(venv) / "bin" / "python"),
-            "-m",
-            "speculators",
-            "regenerate-responses",
-            "--endpoint",
-            url + "/v1/chat/completions",
-            "--model",
-            str(toy),
-            "--dataset",
-            str(chat),
-            "--limit",
-            str(len(convs)),
-            "--concurrency",
-            str(args.real_concurrency),
-            "--max-tokens",
-            str(args.real_max_new),
-            "--outfile",
-            str(outfile),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    proc = _regenerate(
+        url + "/v1/chat/completions",
+        toy,
+        chat,
+        len(convs),
+        args.real_concurrency,
+        args.real_max_new,
+        outfile,
     )
     done = re.search(r"Pipeline complete in ([0-9.]+)s: (\d+) conversations", proc.stdout)
     if proc.returncode != 0 or done is None:

@@ -27,8 +27,7 @@ def main() -> None:
     limit = int(args.limit_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    from speculators.models.eagle3 import Eagle3DraftModel
-    from speculators.train.cli import create_transformer_layer_config
+    from peer_speculators_model import eagle3_peer
 
     torch.manual_seed(0)
     cfg = json.loads((Path(args.verifier) / "config.json").read_text())
@@ -37,27 +36,8 @@ def main() -> None:
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[:draft_vocab] = True
     d2t = torch.zeros(draft_vocab, dtype=torch.long)
-    layer_cfg = create_transformer_layer_config(
-        verifier_name_or_path=args.verifier,
-        num_layers=1,
-        draft_arch="llama",
-        hidden_act=None,
-        sliding_window=0,
-        full_attention_indices=[0],
-    )
-    model = Eagle3DraftModel.from_training_args(
-        verifier_config=layer_cfg,
-        t2d=t2d,
-        d2t=d2t,
-        draft_vocab_size=draft_vocab,
-        norm_before_residual=True,
-        ttt_steps=3,
-        target_layer_ids=[1, layers // 2, layers - 1],
-        verifier_name_or_path=args.verifier,
-        draft_attn_impl="sdpa",
-    )
-    train_kwargs, _ = Eagle3DraftModel.get_trainer_kwargs(
-        loss_fn="kl_div", loss_implementation="eager", ttt_steps=3, ttt_step_loss_decay=0.8
+    model, train_kwargs = eagle3_peer(
+        args.verifier, t2d, d2t, draft_vocab, 3, [1, layers // 2, layers - 1], 0.8
     )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95))

@@ -28,37 +28,20 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
 
-    from speculators.models.eagle3 import Eagle3DraftModel
-    from speculators.train.cli import create_transformer_layer_config
+    from peer_speculators_model import eagle3_peer
 
     torch.manual_seed(0)
     meta = json.loads(Path(args.meta).read_text())
     torch.set_num_threads(int(meta["threads"]))
     tensors = load_file(args.data)
-    layer_cfg = create_transformer_layer_config(
-        verifier_name_or_path=args.verifier,
-        num_layers=1,
-        draft_arch="llama",
-        hidden_act=None,
-        sliding_window=0,
-        full_attention_indices=[0],
-    )
-    model = Eagle3DraftModel.from_training_args(
-        verifier_config=layer_cfg,
-        t2d=tensors["t2d"],
-        d2t=tensors["d2t"],
-        draft_vocab_size=meta["draft_vocab_size"],
-        norm_before_residual=True,
-        ttt_steps=args.ttt,
-        target_layer_ids=meta["aux_layers"],
-        verifier_name_or_path=args.verifier,
-        draft_attn_impl="sdpa",
-    )
-    train_kwargs, _ = Eagle3DraftModel.get_trainer_kwargs(
-        loss_fn="kl_div",
-        loss_implementation="eager",
-        ttt_steps=args.ttt,
-        ttt_step_loss_decay=meta["loss_decay"],
+    model, train_kwargs = eagle3_peer(
+        args.verifier,
+        tensors["t2d"],
+        tensors["d2t"],
+        meta["draft_vocab_size"],
+        args.ttt,
+        meta["aux_layers"],
+        meta["loss_decay"],
     )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=meta["lr"], betas=(0.9, 0.95), weight_decay=0.0)

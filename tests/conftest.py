@@ -74,19 +74,16 @@ def toy_samples(tmp_path_factory, toy_tiny):
 @pytest.fixture(scope="session")
 def trained_drafter(tmp_path_factory, toy_tiny, toy_samples):
     """A drafter trained briefly on the toy samples: it is accepted often, not always."""
-    from eyas.config import TrainConfig
     from eyas.train.loop import run_train
+    from train_helpers import toy_train_config
 
     out = tmp_path_factory.mktemp("drafter")
-    cfg = TrainConfig(
-        target=toy_tiny,
+    cfg = toy_train_config(
+        toy_tiny,
+        out,
         data=toy_samples,
-        out=out,
         steps=60,
-        ttt=3,
-        draft_vocab=400,
-        batch_tokens=3000,
-        lr=3e-3,
+        max_len=None,
         warmup_steps=5,
         checkpoint_every=1000,
     )

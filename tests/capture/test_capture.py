@@ -12,28 +12,17 @@ import time
 import pytest
 
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig, TrainConfig
+from eyas.config import CaptureConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.store.captures import capture_shards, read_capture_index
 from eyas.train.loop import run_train
+from train_helpers import toy_train_config
 
 pytestmark = pytest.mark.slow
 
 
 def train_cfg(toy_tiny, out, **kw):
-    base = dict(
-        target=toy_tiny,
-        out=out,
-        steps=6,
-        ttt=3,
-        draft_vocab=400,
-        max_len=1024,
-        batch_tokens=3000,
-        lr=3e-3,
-        warmup_steps=2,
-        checkpoint_every=3,
-    )
-    return TrainConfig(**{**base, **kw})
+    return toy_train_config(toy_tiny, out, **kw)
 
 
 def losses(out):

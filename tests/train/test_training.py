@@ -10,29 +10,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eyas.config import TrainConfig
 from eyas.drafter.load import load_drafter
 from eyas.export.drafter import export_drafter
 from eyas.export.samples import export_samples
 from eyas.export.validate import ExportError, check_export
 from eyas.train.loop import Trainer, run_train
+from train_helpers import toy_train_config
 
 
 def cfg(toy_tiny, toy_samples, out, **kw):
-    base = dict(
-        target=toy_tiny,
-        data=toy_samples,
-        out=out,
-        steps=6,
-        ttt=3,
-        draft_vocab=400,
-        max_len=1024,
-        batch_tokens=3000,
-        lr=3e-3,
-        warmup_steps=2,
-        checkpoint_every=3,
-    )
-    return TrainConfig(**{**base, **kw})
+    return toy_train_config(toy_tiny, out, data=toy_samples, **kw)
 
 
 def losses(path):

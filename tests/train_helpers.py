@@ -1,0 +1,19 @@
+"""Shared by the training and capture tests (importable: pytest puts tests/ on sys.path)."""
+
+from eyas.config import TrainConfig
+
+# A short run on the toy tiny target that still learns: shared by every test that trains one.
+TOY_TRAIN = dict(
+    steps=6,
+    ttt=3,
+    draft_vocab=400,
+    max_len=1024,
+    batch_tokens=3000,
+    lr=3e-3,
+    warmup_steps=2,
+    checkpoint_every=3,
+)
+
+
+def toy_train_config(target, out, **kw) -> TrainConfig:
+    return TrainConfig(**{"target": target, "out": out, **TOY_TRAIN, **kw})
