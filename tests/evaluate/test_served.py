@@ -6,8 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.cli import app
-from eyas.evaluate.served import parse_spec_metrics, served_metrics
+from eyas.evaluate.served import served_metrics
 from eyas.testing.fake_sglang import FakeSGLang
 from eyas.testing.server import fake_sglang_server
 

@@ -106,7 +106,8 @@ def sglang_layout(trained_drafter, out):
         **_layer_config(c),
         "draft_vocab_size": c["draft_vocab_size"],
         "target_hidden_size": c["target_hidden_size"],
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": c["aux_layer_ids"]},
+        # SGLang names a layer's output: id k is HF hidden_states[k + 1]
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in c["aux_layer_ids"]]},
     }
     (out / "config.json").write_text(json.dumps(config))
     return out
@@ -146,6 +147,7 @@ def test_third_party_layouts_load_and_evaluate_alike(
         want = [ours.logits(h) for h in ours(ids, aux, 2)]
         for name, folder in layouts.items():
             theirs = load_drafter(folder, target_dir=toy_tiny)
+            assert theirs.config.aux_layer_ids == ours.config.aux_layer_ids, name
             got = [theirs.logits(h) for h in theirs(ids, aux, 2)]
             tol = 0.1 if name == "sglang" else 1e-6  # bf16 weights in the SGLang layout
             assert all(torch.allclose(g, w, atol=tol) for g, w in zip(got, want)), name

@@ -179,10 +179,12 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
     for fmt in ("sglang", "vllm"):
         out = export_drafter(drafter_dir, fmt, tmp_path / fmt)
         summary = check_export(out)
-        assert summary["embedding_checked"] and summary["aux_layers"] == [1, 2, 3]
+        assert summary["embedding_checked"] and summary["aux_layers_hf"] == [1, 2, 3]
     sg = json.loads((tmp_path / "sglang" / "config.json").read_text())
     assert sg["architectures"] == ["LlamaForCausalLMEagle3"]
-    assert sg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    # SGLang adds one to every id it is given (see eyas.backends.sglang.conventions): the
+    # drafter trained on HF layers 1, 2, 3 is exported as 0, 1, 2
+    assert sg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
     assert sg["vocab_size"] == json.loads((toy_tiny / "config.json").read_text())["vocab_size"]
     vl = json.loads((tmp_path / "vllm" / "config.json").read_text())
     assert (

@@ -12,7 +12,7 @@ Verdicts and exit codes:
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -26,6 +26,7 @@ from eyas import __version__
 from eyas.audit import checks_data, checks_output, checks_prompt  # noqa: F401 - registration
 from eyas.audit.check import CHECKS, SEVERITY_ORDER, Finding, Hit, Systemic
 from eyas.audit.context import AuditContext, AuditOptions
+from eyas.errors import EyasError
 from eyas.formats import MODEL_FORMATS, get_model_format
 from eyas.store import SampleTable, load_table
 
@@ -121,8 +122,10 @@ def _context(
     renderer = Renderer(model, profile, None, trust_remote_code)
     renderer.template_kwargs = dict(render.get("template_kwargs") or renderer.template_kwargs)
     if options.max_len is None and (model / "config.json").exists():
-        config = json.loads((model / "config.json").read_text())
-        options.max_len = config.get("max_position_embeddings")
+        from eyas.hf_models import target_model
+
+        with contextlib.suppress(EyasError):  # a tokenizer-only dir has no model dimensions
+            options.max_len = target_model(model).context_length
     return AuditContext(
         table,
         renderer.model_format,

@@ -35,7 +35,7 @@ from eyas.config import CaptureConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.generate.engine import Stats
 from eyas.generate.progress import GenerationProgress
-from eyas.hf_models import model_config
+from eyas.hf_models import TargetModel, target_model
 from eyas.jsonl import write_json
 from eyas.records import RequestError
 from eyas.store import load_table, quarantined_ids, select_trainable
@@ -45,13 +45,14 @@ from eyas.train.target import check_aux_layers, default_aux_layers
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def capture_layers(target: Path, aux_layers: list[int] | None) -> tuple[list[int], dict]:
-    """(aux ids + [N], the target config): the last id is the final layer before its norm."""
-    cfg = model_config(target)
-    depth = cfg["num_hidden_layers"]
+def capture_layers(target: Path, aux_layers: list[int] | None) -> tuple[list[int], TargetModel]:
+    """(aux ids + [N], the target): HF `hidden_states` indices; the last is the final layer
+    before its norm."""
+    model = target_model(target)
+    depth = model.num_layers
     aux = aux_layers or default_aux_layers(depth)
     check_aux_layers(aux, depth)
-    return [*aux, depth], cfg
+    return [*aux, depth], model
 
 
 def bytes_per_token(hidden_size: int, num_layers: int, dtype: torch.dtype) -> int:
@@ -72,7 +73,7 @@ def _check_space(out: Path, needed: int, force: bool, log: Callable[[str], None]
 
 
 @contextlib.asynccontextmanager
-async def _backend(cfg: CaptureConfig, layers: list[int], target_cfg: dict, log):
+async def _backend(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
     """The configured capture backend (starting a local vLLM server when asked)."""
     if cfg.backend == "local":
         from eyas.capture.backends import LocalCapture
@@ -91,7 +92,7 @@ async def _backend(cfg: CaptureConfig, layers: list[int], target_cfg: dict, log)
 
         storage = cfg.storage_dir or (cfg.out / ".incoming")
         storage.mkdir(parents=True, exist_ok=True)
-        max_len = target_cfg.get("max_position_embeddings") or 4096
+        max_len = target.context_length
         args = [
             "--dtype",
             "float32" if cfg.dtype == "float32" else "auto",
@@ -110,14 +111,14 @@ async def _backend(cfg: CaptureConfig, layers: list[int], target_cfg: dict, log)
             yield [VLLMCapture(url, session, cfg.timeout_s)]
 
 
-async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target_cfg, log) -> dict[str, Any]:
+async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dict[str, Any]:
     dtype = DTYPES[cfg.dtype]
     writer = CaptureWriter(cfg.out, cfg.shard_size, dtype)
     stats = Stats(total=len(jobs))
     rng = random.Random()
     servers: list[dict] = []
     write_lock = asyncio.Lock()
-    async with _backend(cfg, layers, target_cfg, log) as backends:
+    async with _backend(cfg, layers, target, log) as backends:
         for b in backends:
             try:
                 servers.append(await b.ready(cfg.ready_timeout_s))
@@ -183,7 +184,7 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target_cfg, log) ->
 
 
 def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    layers, target_cfg = capture_layers(cfg.target, cfg.aux_layers)
+    layers, target = capture_layers(cfg.target, cfg.aux_layers)
     table = load_table(cfg.data)
     quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
     keep, excluded = select_trainable(table, cfg.include_truncated, quarantined)
@@ -197,15 +198,15 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
             continue
         if table.ids[i] in done:
             continue
-        vocab = target_cfg.get("vocab_size")
-        if vocab and max(ids) >= vocab:
+        vocab = target.vocab_size
+        if max(ids) >= vocab:
             raise EyasError("token_out_of_vocab", f"sample {table.ids[i]} holds ids >= {vocab}")
         mask = [0] * len(table.prompt.row(i)) + table.supervised(i).astype(int).tolist()
         jobs.append({"id": table.ids[i], "dataset": table.dataset[i], "ids": ids, "mask": mask})
     if cfg.limit is not None:
         jobs = jobs[: max(0, cfg.limit - len(done))]
     dtype = DTYPES[cfg.dtype]
-    per_token = bytes_per_token(target_cfg["hidden_size"], len(layers), dtype)
+    per_token = bytes_per_token(target.hidden_size, len(layers), dtype)
     tokens = sum(len(j["ids"]) for j in jobs)
     log(
         f"capture: {len(jobs)} samples to go ({len(done)} done), {tokens:,} tokens x "
@@ -219,7 +220,7 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         # the same cores make each copy hundreds of times slower (measured: 0.5 s per shard).
         torch.set_num_threads(1)
     try:
-        run = asyncio.run(_run(cfg, jobs, layers, target_cfg, log)) if jobs else {"this_run": {}}
+        run = asyncio.run(_run(cfg, jobs, layers, target, log)) if jobs else {"this_run": {}}
     finally:
         torch.set_num_threads(threads)
     captured = captured_ids(cfg.out)
@@ -228,10 +229,8 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         "eyas_version": __version__,
         "input": str(cfg.data),
         "target": {
-            "dir": str(cfg.target),
+            **target.describe(),
             "config_sha256": _sha256((Path(cfg.target) / "config.json").read_bytes()),
-            "num_hidden_layers": target_cfg["num_hidden_layers"],
-            "hidden_size": target_cfg["hidden_size"],
         },
         "backend": cfg.backend,
         "servers": run.get("servers", []),

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from eyas.backends.sglang import conventions as sglang
+from eyas.backends.vllm import conventions as vllm
 from eyas.drafter.model import DrafterConfig, Eagle3Drafter
 from eyas.errors import EyasError
-from eyas.hf_models import EMBEDDING_NAMES, load_named_tensors
+from eyas.hf_models import target_model
 
 
 class DrafterLoadError(EyasError):
@@ -68,18 +70,32 @@ def _layer_fields(layer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def exported_aux_layers(cfg: dict[str, Any]) -> list[int] | None:
+    """The HF `hidden_states` indices an SGLang or speculators config makes the engine feed
+    the drafter (SGLang's ids are HF index - 1; speculators/vLLM's are the HF index)."""
+    if cfg.get(vllm.SPECULATORS_TYPE_KEY):
+        ids = cfg.get(vllm.AUX_IDS_KEY)
+        return vllm.from_vllm_layer_ids(ids) if ids else None
+    ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
+    return sglang.from_sglang_layer_ids(ids) if ids else None
+
+
 def exported_config(cfg: dict[str, Any]) -> DrafterConfig:
-    """A DrafterConfig from an SGLang or speculators `config.json`."""
+    """A DrafterConfig from an SGLang or speculators `config.json`; aux ids in HF terms."""
+    aux = exported_aux_layers(cfg)
     if cfg.get("speculators_model_type") == "eagle3":
         layer = cfg.get("transformer_layer_config") or {}
-        aux = cfg.get("eagle_aux_hidden_state_layer_ids")
         for unsupported in ("norm_before_fc", "fc_norm", "norm_output"):
             if cfg.get(unsupported):
                 raise DrafterLoadError(f"speculators option {unsupported} is not supported")
-        extra = {"norm_before_residual": bool(cfg.get("norm_before_residual", False))}
-    elif "LlamaForCausalLMEagle3" in (cfg.get("architectures") or []):
+        # read as vLLM reads it: an absent key means True
+        extra = {
+            "norm_before_residual": bool(
+                cfg.get("norm_before_residual", vllm.NORM_BEFORE_RESIDUAL_DEFAULT)
+            )
+        }
+    elif sglang.EAGLE3_ARCHITECTURE in (cfg.get("architectures") or []):
         layer = cfg
-        aux = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         extra = {}
     else:
         raise DrafterLoadError(
@@ -152,7 +168,7 @@ def _target_embedding(folder: Path, target_dir: str | Path | None) -> torch.Tens
         raise DrafterLoadError(
             f"{folder} ships no embed_tokens.weight: pass the target so it can be read from it"
         )
-    found, _ = load_named_tensors(target, {"embed": EMBEDDING_NAMES})
+    found, _ = target_model(target).load_tensors("embed")
     if "embed" not in found:
         raise DrafterLoadError(f"no input embedding found in {target}")
     return found["embed"].float()

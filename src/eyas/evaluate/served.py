@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import tempfile
 import time
 from collections import defaultdict
@@ -32,33 +31,9 @@ import aiohttp
 import orjson
 
 from eyas.backends.base import json_headers, post_bytes, wait_http_ready
+from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.config import EvalConfig
 from eyas.errors import EyasError
-
-_METRIC = re.compile(r"^(vllm:spec_decode_\w+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
-
-
-def parse_spec_metrics(text: str) -> dict[str, Any]:
-    """vLLM's speculative-decoding counters from a Prometheus exposition, summed over label
-    sets; `accepted_per_pos` is indexed by draft position."""
-    out: dict[str, Any] = defaultdict(float)
-    per_pos: dict[int, float] = defaultdict(float)
-    for line in text.splitlines():
-        m = _METRIC.match(line.strip())
-        if not m or line.startswith("#"):
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        if name.endswith("_created"):
-            continue
-        short = name.removeprefix("vllm:spec_decode_")
-        if short == "num_accepted_tokens_per_pos":
-            pos = re.search(r'position="(\d+)"', labels)
-            if pos:
-                per_pos[int(pos.group(1))] += value
-        else:
-            out[short] += value
-    out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
-    return dict(out)
 
 
 def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
@@ -142,10 +117,10 @@ def _vllm(cfg: EvalConfig, scratch: Path, speculative: bool, log):
         )
     import torch
 
-    from eyas.hf_models import model_config
+    from eyas.hf_models import target_model
     from eyas.serving.vllm import vllm_server
 
-    ctx = model_config(cfg.target).get("max_position_embeddings") or 4096
+    ctx = target_model(cfg.target).context_length
     args = ["--max-model-len", str(min(ctx, 8192)), "--enforce-eager"]
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses

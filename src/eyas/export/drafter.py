@@ -20,18 +20,20 @@ from typing import Any
 from safetensors.torch import save_file
 
 from eyas import __version__
+from eyas.backends.sglang import conventions as sglang
+from eyas.backends.vllm import conventions as vllm
 from eyas.drafter.load import load_drafter, resolve_drafter_dir
 from eyas.errors import EyasError
+from eyas.hf_models import TargetModel, target_model
 
 EXPORT_FORMATS = ("sglang", "vllm")
 
 
-def _target_config(target_dir: Path) -> dict:
-    path = target_dir / "config.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def _target(target_dir: Path) -> TargetModel | None:
+    return target_model(target_dir) if (target_dir / "config.json").exists() else None
 
 
-def _llama_fields(d: dict, target: dict) -> dict[str, Any]:
+def _llama_fields(d: dict, target: TargetModel | None) -> dict[str, Any]:
     fields = {
         "model_type": "llama",
         "num_hidden_layers": 1,
@@ -50,27 +52,33 @@ def _llama_fields(d: dict, target: dict) -> dict[str, Any]:
         "mlp_bias": False,
         "torch_dtype": "bfloat16",
     }
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if key in target:
-            fields[key] = target[key]
+    if target is not None:
+        fields.update(target.token_ids())
     return fields
 
 
-def sglang_config(d: dict, target: dict) -> dict:
+def sglang_config(d: dict, target: TargetModel | None) -> dict:
+    """SGLang's EAGLE-3 config. Its layer ids are HF index - 1: SGLang adds one to each."""
     return {
-        "architectures": ["LlamaForCausalLMEagle3"],
+        "architectures": [sglang.EAGLE3_ARCHITECTURE],
         **_llama_fields(d, target),
         "draft_vocab_size": d["draft_vocab_size"],
         "target_hidden_size": d["target_hidden_size"],
-        "eagle_config": {
-            "eagle_aux_hidden_state_layer_ids": d["aux_layer_ids"],
-            "use_aux_hidden_state": True,
+        sglang.EAGLE_CONFIG_KEY: {
+            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(d["aux_layer_ids"]),
+            sglang.USE_AUX_KEY: True,
         },
-        "eyas": {"version": __version__, "aux_layer_convention": "hf_hidden_states_index"},
+        "eyas": {
+            "version": __version__,
+            "aux_layer_convention": "sglang: HF hidden_states index - 1",
+            "trained_hf_layers": list(d["aux_layer_ids"]),
+        },
     }
 
 
-def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int) -> dict:
+def vllm_config(
+    d: dict, target: TargetModel | None, target_name: str, speculative_tokens: int
+) -> dict:
     return {
         "architectures": ["Eagle3Speculator"],
         "speculators_model_type": "eagle3",
@@ -79,7 +87,7 @@ def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int
         "draft_vocab_size": d["draft_vocab_size"],
         "norm_before_residual": d.get("norm_before_residual", False),
         "target_hidden_size": d["target_hidden_size"],
-        "eagle_aux_hidden_state_layer_ids": d["aux_layer_ids"],
+        vllm.AUX_IDS_KEY: vllm.to_vllm_layer_ids(d["aux_layer_ids"]),
         "speculators_config": {
             "algorithm": "eagle3",
             "proposal_methods": [
@@ -88,7 +96,7 @@ def vllm_config(d: dict, target: dict, target_name: str, speculative_tokens: int
             "default_proposal_method": "greedy",
             "verifier": {
                 "name_or_path": target_name,
-                "architectures": target.get("architectures", []),
+                "architectures": target.architectures if target else [],
             },
         },
         "eyas": {"version": __version__},
@@ -133,7 +141,7 @@ def export_drafter(
     target_path = Path(target_dir or meta.get("target_dir") or "")
     model = load_drafter(folder, "cpu", target_dir=target_dir or meta.get("target_dir"))
     d = model.config.to_dict()
-    target = _target_config(target_path)
+    target = _target(target_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "sglang":

@@ -14,8 +14,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from eyas.backends.sglang import conventions as sglang
+from eyas.drafter.load import exported_aux_layers
 from eyas.errors import EyasError, RefusedError
-from eyas.hf_models import EMBEDDING_NAMES, load_named_tensors
+from eyas.hf_models import TargetModel, target_model
 
 
 class ExportError(RefusedError):
@@ -24,9 +26,8 @@ class ExportError(RefusedError):
         self.problems = problems
 
 
-def _target_embedding(target_dir: Path) -> torch.Tensor | None:
-    found, _ = load_named_tensors(target_dir, {"embed": EMBEDDING_NAMES})
-    return found.get("embed")
+def _target_embedding(target: TargetModel) -> torch.Tensor | None:
+    return target.load_tensors("embed")[0].get("embed")
 
 
 def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict:
@@ -44,13 +45,12 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
         else {}
     )
     weights = load_file(str(path / "model.safetensors"))
-    if cfg.get("architectures") == ["LlamaForCausalLMEagle3"]:
-        layer, aux = cfg, (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    # every layer check below is in HF `hidden_states` terms, whatever the engine writes
+    aux = exported_aux_layers(cfg)
+    if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:
+        layer = cfg
     elif cfg.get("speculators_model_type") == "eagle3":
-        layer, aux = (
-            cfg.get("transformer_layer_config") or {},
-            cfg.get("eagle_aux_hidden_state_layer_ids"),
-        )
+        layer = cfg.get("transformer_layer_config") or {}
     else:
         raise ExportError([f"unknown drafter config: architectures={cfg.get('architectures')}"])
     h, v = layer.get("hidden_size"), layer.get("vocab_size")
@@ -100,23 +100,27 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
             problems.append("t2d does not mark exactly the draft vocabulary of d2t")
     if not aux or len(aux) != 3:
         problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 ids, got {aux}")
-    target = Path(target_dir or meta.get("target_dir") or "")
-    tcfg = (
-        json.loads((target / "config.json").read_text())
-        if (target / "config.json").exists()
-        else {}
-    )
-    if tcfg and aux:
-        depth = tcfg.get("num_hidden_layers")
+    trained = (cfg.get("eyas") or {}).get("trained_hf_layers")
+    if trained is not None and aux is not None and list(trained) != list(aux):
+        problems.append(
+            f"the config makes the engine feed HF layers {aux}, but the drafter was trained "
+            f"on {trained}"
+        )
+    target_path = Path(target_dir or meta.get("target_dir") or "")
+    target = target_model(target_path) if (target_path / "config.json").exists() else None
+    if target is not None and aux:
+        depth = target.num_layers
         # HF's last hidden state is after the final norm, the engines' before it: an id of
         # `depth` means different tensors in training and serving, so it is refused.
         if any(not 1 <= i <= depth - 1 for i in aux):
-            problems.append(f"aux layer ids {aux} outside 1..{depth - 1} (target depth {depth})")
-        if tcfg.get("vocab_size") not in (None, v):
-            problems.append(f"vocab_size {v} != target's {tcfg.get('vocab_size')}")
-        if tcfg.get("hidden_size") not in (None, ht):
-            problems.append(f"target_hidden_size {ht} != target's {tcfg.get('hidden_size')}")
-    embedding = _target_embedding(target) if (target / "config.json").exists() else None
+            problems.append(
+                f"aux layers (HF index) {aux} outside 1..{depth - 1} (target depth {depth})"
+            )
+        if target.vocab_size != v:
+            problems.append(f"vocab_size {v} != target's {target.vocab_size}")
+        if target.hidden_size != ht:
+            problems.append(f"target_hidden_size {ht} != target's {target.hidden_size}")
+    embedding = _target_embedding(target) if target is not None else None
     if embedding is not None and "embed_tokens.weight" in weights:
         mine = weights["embed_tokens.weight"]
         if mine.shape != embedding.shape or not torch.equal(mine, embedding.to(mine.dtype)):
@@ -131,7 +135,7 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
         "path": str(path),
         "tensors": len(weights),
         "draft_vocab_size": dv,
-        "aux_layers": aux,
+        "aux_layers_hf": aux,
         "max_position_embeddings": mpe,
         "embedding_checked": embedding is not None,
     }

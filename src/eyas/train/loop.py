@@ -35,7 +35,7 @@ from eyas.config import TrainConfig
 from eyas.drafter.model import DrafterConfig, Eagle3Drafter
 from eyas.drafter.vocab import build_vocab_mapping, token_counts
 from eyas.errors import EyasError
-from eyas.hf_models import model_config
+from eyas.hf_models import target_model
 from eyas.store import quarantined_ids
 from eyas.train.checkpoint import (
     full_state,
@@ -85,8 +85,8 @@ class Trainer:
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
-        tcfg = model_config(cfg.target)
-        self.max_len = cfg.max_len or tcfg.get("max_position_embeddings") or 4096
+        tmodel = target_model(cfg.target)
+        self.max_len = cfg.max_len or tmodel.context_length
         self.stream = None
         self.quarantine_file = None
         if cfg.hidden_states is not None:
@@ -107,8 +107,7 @@ class Trainer:
                 f"no usable training samples in {cfg.hidden_states or cfg.data}: "
                 f"{self.data_report.as_dict()}",
             )
-        if tcfg.get("vocab_size"):
-            check_token_ids(self.seqs, tcfg["vocab_size"], cfg.hidden_states or cfg.data)
+        check_token_ids(self.seqs, tmodel.vocab_size, cfg.hidden_states or cfg.data)
         if cfg.capture_ahead:
             from eyas.capture.run import capture_layers
 
@@ -124,19 +123,16 @@ class Trainer:
         vocab = self._vocab()
         dcfg = DrafterConfig(
             hidden_size=self.target.hidden_size,
-            intermediate_size=cfg.intermediate_size or tcfg["intermediate_size"],
-            num_attention_heads=tcfg["num_attention_heads"],
-            num_key_value_heads=tcfg.get("num_key_value_heads", tcfg["num_attention_heads"]),
+            intermediate_size=cfg.intermediate_size or tmodel.intermediate_size,
+            num_attention_heads=tmodel.num_attention_heads,
+            num_key_value_heads=tmodel.num_key_value_heads,
             vocab_size=self.target.vocab_size,
             draft_vocab_size=vocab["draft_vocab_size"],
             target_hidden_size=self.target.hidden_size,
             aux_layer_ids=self.target.aux_layers,
-            max_position_embeddings=max(self.max_len, tcfg.get("max_position_embeddings") or 0),
-            rms_norm_eps=tcfg.get("rms_norm_eps", 1e-6),
-            rope_theta=float(
-                tcfg.get("rope_theta")
-                or (tcfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-            ),
+            max_position_embeddings=max(self.max_len, tmodel.context_length),
+            rms_norm_eps=tmodel.rms_norm_eps,
+            rope_theta=tmodel.rope_theta,
             target_num_layers=self.target.num_layers,
         )
         model = Eagle3Drafter(dcfg)

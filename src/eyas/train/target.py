@@ -8,9 +8,11 @@ Two sources give the same tensors:
   a served target such as Kimi-K2.5) and loads only the embedding, the final norm and the
   lm_head from the target checkpoint, by tensor name: no target forward runs.
 
-Layer ids use the HF `hidden_states` index, which is also the SGLang/vLLM capture id: index 0
-is the embedding output, index i the residual entering layer i. The last layer is captured
-before the final norm (the engines' convention), and the norm is applied here.
+Layer ids are stored as the HF `hidden_states` index: index 0 is the embedding output, index i
+the residual entering layer i. vLLM's capture ids are the same numbers; SGLang's config ids are
+HF index - 1 (it adds one to every id it is given): the engines' conventions and their
+conversions live in `eyas.backends.<engine>.conventions`. The last layer is captured before
+the final norm (the engines' convention), and the norm is applied here.
 """
 
 from __future__ import annotations
@@ -20,20 +22,14 @@ from pathlib import Path
 import torch
 
 from eyas.errors import EyasError
-from eyas.hf_models import (
-    EMBEDDING_NAMES,
-    FINAL_NORM_NAMES,
-    LM_HEAD_NAMES,
-    load_frozen_lm,
-    load_named_tensors,
-    model_config,
-)
+from eyas.hf_models import load_frozen_lm, target_model
 from eyas.store.captures import StateReader
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
-    """SGLang's default capture ids [2, N//2, N-3]; for very shallow targets, where those
-    collide, three distinct evenly spread ids [1, N//2, N-1]."""
+    """SGLang's default capture layers [2, N//2, N-3] (HF indices: what SGLang captures when
+    its config names no ids); for very shallow targets, where those collide, three distinct
+    evenly spread ids [1, N//2, N-1]."""
     ids = [2, num_layers // 2, num_layers - 3]
     if len(set(ids)) == 3 and all(1 <= i <= num_layers - 1 for i in ids):
         return ids
@@ -108,21 +104,20 @@ class CapturedTarget:
     of the checkpoint is loaded."""
 
     def __init__(self, model_dir: str | Path, manifest: dict, device: str = "cpu"):
-        cfg = model_config(model_dir)
-        self.num_layers = cfg["num_hidden_layers"]
-        self.hidden_size = cfg["hidden_size"]
-        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        target = target_model(model_dir)
+        self.num_layers = target.num_layers
+        self.hidden_size = target.hidden_size
+        self.eps = target.rms_norm_eps
         self.aux_layers = list(manifest["aux_layers"])
         check_aux_layers(self.aux_layers, self.num_layers)
-        found, self.loaded_tensors = load_named_tensors(
-            model_dir,
-            {"embed": EMBEDDING_NAMES, "norm": FINAL_NORM_NAMES, "head": LM_HEAD_NAMES},
-        )
-        if "head" not in found and cfg.get("tie_word_embeddings"):
-            found["head"] = found.get("embed")
+        found, self.loaded_tensors = target.load_tensors("embed", "norm", "head")
         missing = [k for k in ("embed", "norm", "head") if k not in found]
         if missing:
-            raise EyasError("bad_target", f"{model_dir}: no {missing} tensors found by name")
+            raise EyasError(
+                "bad_target",
+                f"{model_dir}: no {missing} tensors found (looked for "
+                f"{[target.tensor_names(r)[0] for r in missing]} in its safetensors files)",
+            )
         self._embed = found["embed"].to(device)
         self._norm = found["norm"].to(device)
         self._head = found["head"].to(device)

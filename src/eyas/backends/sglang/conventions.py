@@ -1,0 +1,62 @@
+"""SGLang's conventions that eyas depends on, each with the upstream code it comes from.
+Contract tests (`tests/backends/test_engine_conventions.py`) pin every rule here.
+
+**Layer ids.** eyas stores target layers by their Hugging Face `hidden_states` index: index i
+is the residual stream entering decoder layer i (0 = the embedding output). SGLang's config ids
+name a layer's *output* instead. Every `set_eagle3_layers_to_capture(layer_ids)` in
+`python/sglang/srt/models/` (llama.py, deepseek_v2.py for DeepSeek-V3 and Kimi, glm4_moe.py,
+gpt_oss.py; kimi_k25.py forwards to its DeepSeek-V3 language model) does
+
+    # we plus 1 here because in sglang, for the ith layer, it takes the output
+    # of the (i-1)th layer as aux hidden state
+    self.model.layers_to_capture = [val + 1 for val in layer_ids]
+
+and the layer loop appends `hidden_states + residual` before running layer i. So SGLang id k
+captures HF index k + 1, and an export must write HF index - 1. Without ids SGLang captures
+`[2, N // 2, N - 3]` set directly, in HF terms. `set_dflash_layers_to_capture` applies the
+same `+ 1` and refuses to run without explicit ids.
+"""
+
+from __future__ import annotations
+
+from eyas.errors import EyasError
+
+# `layers_to_capture = [val + 1 for val in layer_ids]` (see the module docstring)
+LAYER_ID_OFFSET = 1
+
+# What SGLang reads from an EAGLE-3 drafter's config.json:
+# `python/sglang/srt/models/llama_eagle3.py` `LlamaForCausalLMEagle3` (EntryClass; own lm_head
+# when `draft_vocab_size` is set; `target_hidden_size` sizes `fc`) and
+# `python/sglang/srt/model_executor/model_runner.py` (the `eagle_config` block).
+EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
+EAGLE_CONFIG_KEY = "eagle_config"
+AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+USE_AUX_KEY = "use_aux_hidden_state"
+
+# `python/sglang/srt/managers/tokenizer_manager_components/spec_decoding_meta.py`
+# `fill_spec_decoding_meta`: these keys are written into `meta_info` only when the request's
+# `spec_verify_ct` is > 0 (a request that stops at its first token carries none of them).
+VERIFY_COUNT_KEY = "spec_verify_ct"
+ACCEPT_LENGTH_KEY = "spec_accept_length"
+
+
+def to_sglang_layer_ids(hf_ids: list[int]) -> list[int]:
+    """The ids to write into an SGLang config so that SGLang captures `hf_ids`."""
+    out = [int(i) - LAYER_ID_OFFSET for i in hf_ids]
+    if any(i < 0 for i in out):
+        raise EyasError(
+            "bad_aux_layers",
+            f"HF layer {min(hf_ids)} (the embedding output) has no SGLang layer id: SGLang "
+            "captures layer outputs only",
+        )
+    return out
+
+
+def from_sglang_layer_ids(sglang_ids: list[int]) -> list[int]:
+    """The HF `hidden_states` indices SGLang captures for config ids `sglang_ids`."""
+    return [int(i) + LAYER_ID_OFFSET for i in sglang_ids]
+
+
+def default_capture_ids(num_layers: int) -> list[int]:
+    """What SGLang captures when a config names no ids, in HF terms (no offset applied)."""
+    return [2, num_layers // 2, num_layers - 3]

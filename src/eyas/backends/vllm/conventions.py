@@ -1,0 +1,72 @@
+"""vLLM's conventions that eyas depends on, each with the upstream code it comes from.
+Contract tests (`tests/backends/test_engine_conventions.py`) pin every rule here.
+
+**Layer ids.** vLLM uses the Hugging Face `hidden_states` index, offset 0:
+`vllm/v1/worker/gpu_model_runner.py` `GPUModelRunner._get_eagle3_aux_layers_from_config`
+reads the drafter config's top-level `eagle_aux_hidden_state_layer_ids` (then
+`eagle_config.eagle_aux_hidden_state_layer_ids`, then `dflash_config.target_layer_ids`), and
+`vllm/model_executor/models/interfaces.py` `EagleModelMixin._maybe_add_hidden_state` records
+the residual stream before layer 0 and after each layer i under id i + 1, so id i is
+`hidden_states[i]` and id N is the last layer's output before the final norm.
+
+**Metrics.** `vllm/v1/spec_decode/metrics.py` exports the counters
+`vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
+`vllm:spec_decode_num_accepted_tokens` and `vllm:spec_decode_num_accepted_tokens_per_pos`
+(label `position`); Prometheus shows counters with a `_total` suffix. A server started without
+a speculative config exports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+LAYER_ID_OFFSET = 0
+AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+
+# `vllm/transformers_utils/configs/speculators/base.py` `validate_speculators_config` and
+# `algos.py` `update_eagle3`: a speculators config is recognised by this key; a missing
+# `norm_before_residual` means True there, so eyas always writes it.
+SPECULATORS_TYPE_KEY = "speculators_model_type"
+# `update_eagle3`: `config_dict.get("norm_before_residual", True)`
+NORM_BEFORE_RESIDUAL_DEFAULT = True
+
+METRIC_PREFIX = "vllm:spec_decode_"
+SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+_METRIC = re.compile(r"^(vllm:spec_decode_\w+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
+
+
+def to_vllm_layer_ids(hf_ids: list[int]) -> list[int]:
+    return [int(i) - LAYER_ID_OFFSET for i in hf_ids]
+
+
+def from_vllm_layer_ids(vllm_ids: list[int]) -> list[int]:
+    return [int(i) + LAYER_ID_OFFSET for i in vllm_ids]
+
+
+def parse_spec_metrics(text: str) -> dict[str, Any]:
+    """The speculative-decoding counters from a Prometheus exposition, summed over label sets;
+    `accepted_per_pos` is indexed by draft position, `present` says whether any spec-decode
+    counter was exported at all (a server without a drafter exports none)."""
+    out: dict[str, Any] = defaultdict(float)
+    per_pos: dict[int, float] = defaultdict(float)
+    present = False
+    for line in text.splitlines():
+        m = _METRIC.match(line.strip())
+        if not m or line.startswith("#"):
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name.endswith("_created"):
+            continue
+        present = True
+        short = name.removeprefix(METRIC_PREFIX)
+        if short == "num_accepted_tokens_per_pos":
+            pos = re.search(r'position="(\d+)"', labels)
+            if pos:
+                per_pos[int(pos.group(1))] += value
+        else:
+            out[short] += value
+    out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
+    out["present"] = present
+    return dict(out)
