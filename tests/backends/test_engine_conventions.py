@@ -102,7 +102,7 @@ def test_third_party_sglang_kimi_drafter_is_read_in_hf_terms():
 def test_speculators_norm_before_residual_defaults_as_vllm_reads_it():
     """`vllm/transformers_utils/configs/speculators/algos.py` `update_eagle3`:
 
-        pre_trained_config["norm_before_residual"] = config_dict.get("norm_before_residual", True)
+    pre_trained_config["norm_before_residual"] = config_dict.get("norm_before_residual", True)
     """
     layer = {
         "hidden_size": 64,
