@@ -88,3 +88,51 @@ def trained_drafter(tmp_path_factory, toy_tiny, toy_samples):
         checkpoint_every=1000,
     )
     return run_train(cfg, log=lambda s: None)
+
+
+# A SmolLM2-style ChatML template: no tools, a default system prompt (the real model's shape).
+CHATML_NO_TOOLS = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chatml_dir(tmp_path_factory) -> Path:
+    """A tokenizer with ChatML control tokens only and a template that ignores `tools` (the
+    generic format, as SmolLM2-Instruct is)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        chat_template=CHATML_NO_TOOLS,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+    return save_tokenizer(fast, tmp_path_factory.mktemp("chatml"))
+
+
+@pytest.fixture(scope="session")
+def bench_cache() -> Path:
+    """The benchmark data files in $EYAS_CACHE/benchmarks (tools/bench_data.sh fetches them at
+    setup; `make test` runs it first). Verified against their recorded sha256 here."""
+    from eyas.benchmarks import fetch_all
+    from eyas.benchmarks.fetch import benchmarks_dir
+
+    fetch_all(log=lambda s: None)
+    return benchmarks_dir()

@@ -99,7 +99,10 @@ def convert(
     input: Annotated[Path, typer.Argument(help="JSONL, JSON array, Parquet or save_to_disk dir")],
     output: Annotated[Path, typer.Argument(help="canonical conversations (JSONL)")],
     format: Annotated[
-        str, typer.Option(help="glaive|hermes|xlam|sharegpt|ultrachat|openai|auto")
+        str,
+        typer.Option(
+            help="glaive|hermes|xlam|sharegpt|ultrachat|openai|bfcl|mt_bench|humaneval|auto"
+        ),
     ] = "auto",
     dataset: Annotated[str, typer.Option(help="dataset name stored on every row")] = "",
 ) -> None:
@@ -510,6 +513,9 @@ def export_samples_cmd(
     "lossless_check",
     Flag("json_out", "--json"),
     "trust_remote_code",
+    "bench",
+    "published_config",
+    Flag("html_out", "--html"),
 )
 def eval_cmd(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
     """Acceptance length per dataset: offline (lossless speculative decoding) or served."""
@@ -553,9 +559,22 @@ def eval_cmd(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> N
     console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
     if result.get("throughput"):
         console.print(f"throughput: {result['throughput']}")
+    if result.get("model_card"):
+        from eyas.evaluate.report import card_rows
+
+        header, rows = card_rows(result["model_card"])
+        card = Table(*header, title="model card: acceptance length per benchmark")
+        for row in rows:
+            card.add_row(*row)
+        console.print(card)
+        console.print(f"AL = {result['model_card']['metric']}")
     if cfg.json_out:
         cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
         cfg.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if cfg.html_out:
+        from eyas.evaluate.report import write_eval_html
+
+        console.print(f"report: {write_eval_html(result, cfg.html_out)}")
     if result["lossless"] is False:
         console.print(f"[red]NOT LOSSLESS[/]: {result['lossless_mismatches'][:5]}")
         raise typer.Exit(1)

@@ -123,11 +123,24 @@ class BackendConfig(_Strict):
 class DatasetConfig(_Strict):
     name: str
     path: Path
-    format: Literal["glaive", "hermes", "xlam", "sharegpt", "ultrachat", "openai", "auto"] = "auto"
+    format: Literal[
+        "glaive",
+        "hermes",
+        "xlam",
+        "sharegpt",
+        "ultrachat",
+        "openai",
+        "bfcl",
+        "mt_bench",
+        "humaneval",
+        "auto",
+    ] = "auto"
     max_new_tokens: int | None = Field(None, ge=1)
     sampling: SamplingConfig | None = None
     multi_turn: Literal["last", "all"] = "last"
     limit: int | None = Field(None, ge=1)
+    # this dataset's thinking switch (model.thinking for the others): one config can mix modes
+    thinking: bool | None = None
 
     @field_validator("name")
     @classmethod
@@ -331,13 +344,25 @@ class CaptureConfig(_Strict):
 class EvalConfig(_Strict):
     """`eyas eval`: acceptance length per dataset."""
 
-    path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python")
+    path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python", "html_out")
 
     target: Path = Field(description="target model directory")
     drafter: Path = Field(
         description="eyas drafter dir, `eyas train --out` dir, or an SGLang/speculators export"
     )
-    input: Path = Field(description="rendered prompts: prepare dir, JSONL or stage dir")
+    input: Path | None = Field(
+        None, description="rendered prompts: prepare dir, JSONL or stage dir (or --bench)"
+    )
+    bench: list[str] = Field(
+        default_factory=list,
+        description="benchmarks from the cache (tools/bench_data.sh), comma-separated: "
+        "mt_bench, humaneval, bfcl_<category>, bfcl (every BFCL v4 category)",
+    )
+    published_config: bool = Field(
+        True,
+        description="with --bench, also measure the published configuration (steps 3, topk 1, "
+        "4 draft tokens) for the model-card table",
+    )
     backend: Literal["local", "vllm", "sglang"] = Field(
         "local", description="local (offline), or inside a serving engine"
     )
@@ -361,10 +386,22 @@ class EvalConfig(_Strict):
     )
     seed: int = 0
     json_out: Path | None = Field(None, description="write the result as JSON")
+    html_out: Path | None = Field(None, description="write the result as an HTML report")
     trust_remote_code: bool = False
+
+    @field_validator("bench", mode="before")
+    @classmethod
+    def _bench_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [b.strip() for b in v.split(",") if b.strip()]
+        if isinstance(v, list):
+            return [b.strip() for item in v for b in str(item).split(",") if b.strip()]
+        return v
 
     @model_validator(mode="after")
     def _tree(self) -> EvalConfig:
+        if (self.input is None) == (not self.bench):
+            raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
         if self.backend != "local" and not self.urls and self.vllm_python is None:
             raise ValueError(f"--backend {self.backend} needs --url or --vllm-python")
         if self.backend == "sglang" and self.vllm_python is not None:

@@ -46,24 +46,43 @@ def test_glaive_to_native_kimi_prompt(tmp_path, kimi_dir):
     assert manifest["counts"] == {"rows": len(lines), "rendered": len(lines)}
 
 
-def test_render_refuses_template_that_ignores_tools(tmp_path, broken_dir):
+def _glaive_conversations(tmp_path):
     glaive = next(f for f in FAMILIES if f.name == "b1_glaive")
     src = tmp_path / "g.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in family_rows(glaive, 10, seed=1)))
     conv = tmp_path / "c.jsonl"
     assert runner.invoke(app, ["convert", "--format", "glaive", str(src), str(conv)]).exit_code == 0
-    result = runner.invoke(
-        app,
-        [
-            "render",
-            "--model",
-            str(broken_dir),
-            "--profile",
-            "kimi-k2.5",
-            str(conv),
-            str(tmp_path / "r.jsonl"),
-        ],
-    )
+    return [json.loads(line) for line in conv.read_text().splitlines()]
+
+
+def _render(model, conv, out):
+    args = ["render", "--model", str(model), "--profile", "kimi-k2.5", str(conv), str(out)]
+    return runner.invoke(app, args)
+
+
+def test_render_refuses_a_tool_dataset_when_the_template_ignores_tools(tmp_path, broken_dir):
+    rows = [r for r in _glaive_conversations(tmp_path) if r["tools"]]
+    conv = tmp_path / "tools.jsonl"
+    conv.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = _render(broken_dir, conv, tmp_path / "r.jsonl")
     assert result.exit_code == 1
     assert "tools_ignored" in result.output
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_render_of_a_mixed_dataset_rejects_only_the_tool_rows(tmp_path, broken_dir):
+    rows = _glaive_conversations(tmp_path)
+    with_tools = [r["id"] for r in rows if r["tools"]]
+    assert 0 < len(with_tools) < len(rows)
+    conv = tmp_path / "mixed.jsonl"
+    conv.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = _render(broken_dir, conv, tmp_path / "r.jsonl")
+    assert result.exit_code == 0, result.output
+    rendered = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    errors = [json.loads(line) for line in (tmp_path / "r.errors.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rendered] == [r["id"] for r in rows if not r["tools"]]
+    assert sorted(e["id"] for e in errors) == sorted(with_tools)
+    assert {e["reason"] for e in errors} == {"tools_ignored"}
+    manifest = json.loads((tmp_path / "r.manifest.json").read_text())
+    assert manifest["reasons"] == {"tools_ignored": len(with_tools)}
+    assert manifest["counts"] == {"rows": len(rows), "rendered": len(rows) - len(with_tools)}

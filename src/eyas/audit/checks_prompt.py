@@ -54,15 +54,33 @@ class ToolsIgnored(Check):
     }
 
     def run(self, ctx: AuditContext, dataset: str, idx: np.ndarray) -> Iterator[Hit | Systemic]:
+        # Only rows that carry tools are judged: most models have no tools in their template,
+        # and a chat dataset without tool rows is not wrong for it.
+        with_tools = np.asarray([i for i in idx if _carries_tools(ctx, int(i))], dtype=np.int64)
+        if not len(with_tools):
+            return
         if ctx.probe is not None and not ctx.probe.get("tools_rendered", True):
             yield Systemic(
-                "error", "template_ignores_tools", self.reasons["template_ignores_tools"]
+                "error",
+                "template_ignores_tools",
+                self.reasons["template_ignores_tools"],
+                count=len(with_tools),
+                total=len(idx),
             )
-        for i in ctx.sample_of(idx):
+        for i in ctx.sample_of(with_tools):
             i = int(i)
             tools = ctx.table.tools(i)
-            if tools and not ctx.model_format.declares_tools(ctx.turns(i), tools):
+            if not ctx.model_format.declares_tools(ctx.turns(i), tools):
                 yield Hit(i, "error", "tools_not_declared")
+
+
+def _carries_tools(ctx: AuditContext, i: int) -> bool:
+    """Does sample `i` carry tool definitions? Judged on the raw JSON where there is one, so
+    a dataset of 100k chat rows is not parsed for it."""
+    raw = ctx.table.tools_json[i]
+    if isinstance(raw, (str, bytes)):
+        return raw.strip() not in ("", "[]", "null", b"", b"[]", b"null")
+    return bool(ctx.table.tools(i))
 
 
 @register

@@ -13,7 +13,7 @@ import orjson
 from eyas.config import PipelineConfig, SamplingConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.records import Conversation
-from eyas.render.renderer import Renderer
+from eyas.render.renderer import Renderer, has_unanswered
 from eyas.store import read_rendered, sidecar
 
 
@@ -30,6 +30,7 @@ class Job:
     max_new_tokens: int
     sampling: dict[str, Any]
     multi_turn: str = "last"
+    thinking: bool | None = None  # the dataset's own switch; None: the renderer's
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,17 @@ class DatasetPlan:
     max_new_tokens: int
     sampling: dict[str, Any]
     multi_turn: str = "last"
+    thinking: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "max_new_tokens": self.max_new_tokens,
             "sampling": self.sampling,
             "multi_turn": self.multi_turn,
         }
+        if self.thinking is not None:
+            out["thinking"] = self.thinking
+        return out
 
 
 def sampling_dict(s: SamplingConfig) -> dict[str, Any]:
@@ -60,6 +65,7 @@ def plans(cfg: PipelineConfig) -> tuple[DatasetPlan, dict[str, DatasetPlan]]:
             d.max_new_tokens or cfg.generate.max_new_tokens,
             sampling_dict(d.sampling or cfg.sampling),
             d.multi_turn,
+            d.thinking,
         )
         for d in cfg.datasets
     }
@@ -113,6 +119,9 @@ def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[
             skipped["already_done"] += 1
             continue
         plan = per.get(conv.dataset, default)
+        # A conversation whose source leaves a turn unanswered (MT-Bench's second question
+        # follows the model's own first answer) can only be answered turn by turn.
+        multi_turn = "all" if has_unanswered(conv.messages) else plan.multi_turn
         jobs.append(
             Job(
                 id=conv.id,
@@ -123,7 +132,8 @@ def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[
                 turn=row.get("turn", -1),
                 max_new_tokens=plan.max_new_tokens,
                 sampling=plan.sampling,
-                multi_turn=plan.multi_turn,
+                multi_turn=multi_turn,
+                thinking=plan.thinking,
             )
         )
     ids = [j.id for j in jobs]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from eyas.backends.base import Generation, GenRequest
 from eyas.records import RequestError, Sample
-from eyas.render.renderer import Renderer
+from eyas.render.renderer import Renderer, answer_turns
 
 if TYPE_CHECKING:
     from eyas.generate.engine import Engine
@@ -68,10 +68,18 @@ def _single_sample(turns: list[_Turn]) -> tuple[list[int], list[int]] | None:
     return full[len(turns[0].request.prompt_ids) :], mask
 
 
-def make_multi_turn(renderer: Renderer):
+def make_multi_turn(base: Renderer):
+    by_thinking: dict[bool | None, Renderer] = {base.thinking: base}
+
     async def regenerate(engine: Engine, job: Job) -> list[Sample]:
+        # a dataset may set its own thinking switch: its turns render in that mode
+        key = base.thinking if job.thinking is None else job.thinking
+        if key not in by_thinking:
+            by_thinking[key] = base.with_thinking(key)
+        renderer = by_thinking[key]
         messages, _ = renderer.prepare_messages(job.messages)
-        assistant_turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        # every assistant turn, and the end of a conversation that ends with a question
+        assistant_turns = answer_turns(messages)
         history: list[dict] = []
         done: list[_Turn] = []
         cursor = 0
@@ -100,10 +108,11 @@ def make_multi_turn(renderer: Renderer):
             if gen.finish_reason == "length":
                 stopped = ("truncated_turn", f"turn {t} hit max_new_tokens")
                 break
-            source_calls = messages[t].get("tool_calls") or []
+            source = messages[t] if t < len(messages) else {}
+            source_calls = source.get("tool_calls") or []
             for src, new in zip(source_calls, regenerated.get("tool_calls") or []):
                 id_map[src["id"]] = new["id"]
-            if _call_names(regenerated) != _call_names(messages[t]):
+            if _call_names(regenerated) != _call_names(source):
                 if t != assistant_turns[-1]:
                     stopped = (
                         "tool_call_mismatch",

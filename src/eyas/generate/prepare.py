@@ -49,11 +49,14 @@ def prepare(cfg: PipelineConfig, renderer: Renderer) -> dict[str, Any]:
                 else:
                     n_ok += 1
                     f.write(orjson.dumps(item.to_dict()) + b"\n")
-        rendered = render_file(renderer, conv_path, out / "rendered" / f"{ds.name}.jsonl")
+        # a dataset's own thinking switch, else the model's (a config can mix both modes)
+        ds_renderer = renderer if ds.thinking is None else renderer.with_thinking(ds.thinking)
+        rendered = render_file(ds_renderer, conv_path, out / "rendered" / f"{ds.name}.jsonl")
         summary[ds.name] = {
             "format": fmt,
             "converted": n_ok,
             "convert_reasons": dict(reasons),
+            "thinking": ds_renderer.thinking,
             "rendered": rendered.num_rendered,
             "render_reasons": dict(rendered.reasons),
         }

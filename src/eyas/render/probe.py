@@ -136,12 +136,16 @@ def probe_template(renderer: Renderer) -> dict[str, Any]:
     return result
 
 
+TOOLS_IGNORED = (
+    "the chat template does not render `tools`: a prompt without its tools would teach the "
+    "model to answer tool requests blind"
+)
+
+
 def require_native_tools(probe: dict[str, Any], renderer: Renderer) -> None:
     """Raise when tools are present but the template ignores them or declares them wrongly."""
     if not probe["tools_rendered"]:
-        raise TemplateProbeError(
-            "tools_ignored", "the chat template does not render `tools`; refusing to render"
-        )
+        raise TemplateProbeError("tools_ignored", f"{TOOLS_IGNORED}; refusing to render")
     if not probe["declaration_matches_profile"]:
         raise TemplateProbeError(
             "wrong_tool_declaration",

@@ -8,6 +8,7 @@ tokenizer is a fast-tokenizer conversion without Moonshot's Python override).
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 from dataclasses import dataclass, field
@@ -81,6 +82,42 @@ def last_assistant_index(messages: list[dict]) -> int:
     return -1
 
 
+def is_unanswered(message: dict) -> bool:
+    """An assistant turn the source leaves for the model to write (MT-Bench's first answer,
+    BFCL's turns): `content: null` with no tool calls and no reasoning. Only the model's own
+    answer can stand in it, so it is never rendered as history."""
+    return (
+        message.get("role") == "assistant"
+        and message.get("content") is None
+        and not message.get("tool_calls")
+        and not message.get("reasoning_content")
+    )
+
+
+def answer_turns(messages: list[dict]) -> list[int]:
+    """Where the model answers, in order: every assistant turn, then `len(messages)` when the
+    conversation ends with a user turn or a tool result (the question is the last message:
+    answering at the last assistant turn instead would drop it)."""
+    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if messages and messages[-1].get("role") in ("user", "tool"):
+        turns.append(len(messages))
+    return turns
+
+
+def answer_turn(messages: list[dict]) -> int:
+    """The turn one prompt answers (-1: after the whole conversation). The last answer turn,
+    unless an earlier one is unanswered: then that one, the only turn whose whole history
+    the source gives (the later ones follow the model's own answer: `multi_turn = "all"`)."""
+    turns = answer_turns(messages)
+    pending = next((t for t in turns if t < len(messages) and is_unanswered(messages[t])), None)
+    turn = pending if pending is not None else (turns[-1] if turns else -1)
+    return -1 if turn == len(messages) else turn
+
+
+def has_unanswered(messages: list[dict]) -> bool:
+    return any(is_unanswered(m) for m in messages)
+
+
 @dataclass
 class RenderedPrompt:
     prompt_ids: list[int]
@@ -139,6 +176,17 @@ class Renderer:
         self._overrides_template = overrides
         self.fingerprint = tokenizer_fingerprint(self.model_dir)
         self.template_sha256 = template_fingerprint(self.tokenizer.chat_template)
+
+    def with_thinking(self, thinking: bool | None) -> Renderer:
+        """The same tokenizer and template with another thinking switch (a dataset config may
+        mix both modes); `self` when it is already that one."""
+        if thinking == self.thinking:
+            return self
+        other = copy.copy(self)
+        other.thinking = thinking
+        other.template_kwargs = self.model_format.thinking_kwargs(thinking)
+        other.__dict__.pop("_direct", None)  # verified again under the new switch
+        return other
 
     @functools.cached_property
     def _direct(self) -> DirectTemplate | None:
@@ -273,10 +321,10 @@ class Renderer:
         return RenderedPrompt(self.encode(text), text, turn, notes)
 
     def render_conversation(self, conv: Conversation) -> RenderedPrompt:
-        """Prompt for regenerating the conversation's last assistant turn (docs/architecture.md);
-        a conversation with no assistant turn is rendered whole."""
+        """Prompt for the conversation's answer turn (`answer_turn`): its last assistant turn,
+        or the end when it ends with a user turn or a tool result (docs/architecture.md)."""
         messages, notes = self.prepare(conv)
-        return self.render_turn(messages, conv.tools, last_assistant_index(messages), notes)
+        return self.render_turn(messages, conv.tools, answer_turn(messages), notes)
 
     def describe(self) -> dict:
         """Render provenance for manifests."""

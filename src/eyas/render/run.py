@@ -12,7 +12,7 @@ import orjson
 from eyas import __version__
 from eyas.jsonl import write_json
 from eyas.records import SCHEMA_VERSION, Conversation, RecordError
-from eyas.render.probe import probe_template, require_native_tools
+from eyas.render.probe import TOOLS_IGNORED, probe_template, require_native_tools
 from eyas.render.renderer import Renderer, RenderError
 
 
@@ -28,11 +28,32 @@ def _sidecar(out: Path, suffix: str) -> Path:
     return out.with_name(out.name.removesuffix(".jsonl") + suffix)
 
 
+def render_row(renderer: Renderer, row: dict, *, tools_ignored: bool) -> dict:
+    """One convert-output row plus `prompt_ids`, `prompt_text`, `turn` (raises RenderError or
+    RecordError with the row's reason). `tools_ignored`: the template does not render tools,
+    so a row that carries tools is rejected (`tools_ignored`) instead of rendered blind."""
+    conv = Conversation.from_dict(row)
+    if tools_ignored and conv.tools:
+        raise RenderError("tools_ignored", TOOLS_IGNORED)
+    rendered = renderer.render_conversation(conv)
+    out = {
+        **row,
+        "prompt_ids": rendered.prompt_ids,
+        "prompt_text": rendered.prompt_text,
+        "turn": rendered.turn,
+    }
+    if rendered.notes:
+        out["notes"] = [*row.get("notes", []), *rendered.notes]
+    return out
+
+
 def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -> RenderResult:
     """Render each line of a convert output; add `prompt_ids`, `prompt_text`, `turn`.
 
-    Raises TemplateProbeError before writing anything when conversations carry tools and the
-    template ignores them (or declares them in a form the profile does not expect).
+    A template that ignores tools cannot render a row that carries tools: such rows are
+    rejected (`tools_ignored`) and counted, the others render. Raises TemplateProbeError before
+    writing anything when every row carries tools and the template ignores them, or when
+    rows carry tools and the template declares them in a form the profile does not expect.
     """
     in_path, out_path = Path(in_path), Path(out_path)
     if not in_path.is_file():
@@ -42,14 +63,15 @@ def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -
         rows = [orjson.loads(line) for line in in_path.read_bytes().splitlines() if line.strip()]
     except orjson.JSONDecodeError as exc:
         raise RecordError("invalid_json", f"{in_path}: not JSONL ({exc})") from exc
-    if any(row.get("tools") for row in rows):
+    with_tools = sum(1 for row in rows if row.get("tools"))
+    tools_ignored = not result.probe["tools_rendered"]
+    if with_tools and (with_tools == len(rows) or not tools_ignored):
         require_native_tools(result.probe, renderer)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("wb") as out, _sidecar(out_path, ".errors.jsonl").open("wb") as err:
         for index, row in enumerate(rows):
             try:
-                conv = Conversation.from_dict(row)
-                rendered = renderer.render_conversation(conv)
+                rendered = render_row(renderer, row, tools_ignored=tools_ignored)
             except (RenderError, RecordError) as exc:
                 result.reasons[exc.reason] += 1
                 err.write(
@@ -64,15 +86,7 @@ def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -
                     + b"\n"
                 )
                 continue
-            row = {
-                **row,
-                "prompt_ids": rendered.prompt_ids,
-                "prompt_text": rendered.prompt_text,
-                "turn": rendered.turn,
-            }
-            if rendered.notes:
-                row["notes"] = [*row.get("notes", []), *rendered.notes]
-            out.write(orjson.dumps(row) + b"\n")
+            out.write(orjson.dumps(rendered) + b"\n")
             result.num_rendered += 1
     result.manifest_path = _sidecar(out_path, ".manifest.json")
     write_json(

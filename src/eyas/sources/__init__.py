@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
+from pathlib import Path
 
 from eyas.records import Conversation, RecordError, RowError
-from eyas.sources import glaive, hermes, openai, sharegpt, ultrachat, xlam
+from eyas.sources import (
+    bfcl,
+    glaive,
+    hermes,
+    humaneval,
+    mt_bench,
+    openai,
+    sharegpt,
+    ultrachat,
+    xlam,
+)
 from eyas.sources.common import ConversionError, Draft
 from eyas.sources.io import SourceFileError, read_rows
 
@@ -20,6 +31,14 @@ FORMATS: dict[str, Callable[[dict], Draft]] = {
     "sharegpt": sharegpt.convert,
     "ultrachat": ultrachat.convert,
     "openai": openai.convert,
+    "bfcl": bfcl.convert,
+    "mt_bench": mt_bench.convert,
+    "humaneval": humaneval.convert,
+}
+# Formats whose rows refer to files beside the source file (BFCL's multi-turn function docs):
+# `(rows, source path) -> rows` with what the converter needs attached.
+SIDE_FILES: dict[str, Callable[[Iterable, Path], Iterable]] = {
+    "bfcl": bfcl.with_side_files,
 }
 
 _HERMES_MARKERS = ("<tools>", "<tool_call>", "<tool_response>")
@@ -71,6 +90,8 @@ def convert_rows(
     rows: Iterable[dict | ConversionError], fmt: str, dataset: str, file: str = ""
 ) -> Iterator[Conversation | RowError]:
     seen: dict[str, int] = {}
+    if file and fmt in SIDE_FILES:
+        rows = SIDE_FILES[fmt](rows, Path(file))
     for index, row in enumerate(rows):
         if isinstance(row, ConversionError):
             yield RowError(index, row.reason, row.detail)

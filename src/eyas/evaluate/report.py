@@ -1,0 +1,79 @@
+"""The eval result as a model-card table (text rows and an HTML page)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+
+def _al(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def card_rows(card: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): one row per benchmark (and thinking mode), one AL column per config."""
+    header = ["benchmark", *(["thinking"] if card["thinking_switch"] else []), "prompts"]
+    header += [f"AL @ {c}" for c in card["configurations"]] + ["not evaluated"]
+    rows = []
+    for r in card["rows"]:
+        skipped = {**r["rejected"], **r["follow_ups_stopped"]}
+        line = [r["benchmark"], *([r["thinking"] or "-"] if card["thinking_switch"] else [])]
+        line.append(f"{r['prompts']} / {r['rows']} rows")
+        line += [_al(r["acceptance_length"][c]) for c in card["configurations"]]
+        line.append(", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "-")
+        rows.append(line)
+    return header, rows
+
+
+def write_eval_html(result: dict[str, Any], path: str | Path) -> Path:
+    """The per-dataset figures and, for `--bench`, the model-card table."""
+    path = Path(path)
+    settings = result.get("settings", {})
+    parts = [
+        f"<h1>eyas eval <small>{html.escape(result.get('drafter', ''))}</small></h1>",
+        f"<p>target {html.escape(result.get('target', ''))} · backend "
+        f"{html.escape(str(settings.get('backend')))} · temperature "
+        f"{settings.get('temperature')} · lossless {result.get('lossless')}</p>",
+    ]
+    card = result.get("model_card")
+    if card:
+        header, rows = card_rows(card)
+        parts.append("<h2>Model card</h2>")
+        parts.append(_table(header, rows))
+        parts.append(
+            f"<p>{html.escape(card['metric'])}. Published configuration: "
+            f"{html.escape(card['published_configuration'])} (SGLang flags; eyas chain K = 3)."
+            "</p>"
+        )
+    header = ["dataset", "prompts", "acceptance_length", "mean_accepted_drafts", "per_position"]
+    rows = [
+        [
+            name,
+            str(d.get("prompts", "")),
+            _al(d.get("acceptance_length")),
+            _al(d.get("mean_accepted_drafts")),
+            " ".join(f"{p:.2f}" for p in d.get("per_position") or []),
+        ]
+        for name, d in result.get("datasets", {}).items()
+    ]
+    parts.append("<h2>Per dataset (your configuration)</h2>")
+    parts.append(_table(header, rows))
+    page = (
+        '<!doctype html><html><head><meta charset="utf-8"><title>eyas eval</title><style>'
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}</style></head><body>"
+        + "\n".join(parts)
+        + "</body></html>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    return path
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
