@@ -19,7 +19,7 @@ def _samples(renderer, n, dataset, tools=None):
     for i in range(n):
         msgs = [{"role": "user", "content": f"{dataset}: what is {i} plus {i}?"}]
         prompt = renderer.encode(renderer.render_text(msgs))
-        answer = renderer.encode(f"{i} plus {i} is {2 * i}.") + [end]
+        answer = [*renderer.encode(f"{i} plus {i} is {2 * i}."), end]
         out.append(
             Sample(
                 id=f"{dataset}-{i}",

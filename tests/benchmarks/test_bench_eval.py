@@ -38,7 +38,7 @@ def test_second_turn_is_asked_after_the_models_own_answer(chatml_dir):
 
     def answer(ids):
         seen.append(ids)
-        return r.encode("Blue.") + [end]
+        return [*r.encode("Blue."), end]
 
     p = _pending_prompt(r)
     (follow,), stopped = follow_up_prompts([p], r, answer)
