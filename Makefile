@@ -18,6 +18,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	bash tools/bench_data.sh $(BIN)/python  # benchmark prompt sets into $$EYAS_CACHE (once)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
