@@ -61,7 +61,7 @@ def test_render(tmp_path, kimi_dir):
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     assert_user_error(
         run("render", "--model", kimi_dir, tmp_path / "bad.jsonl", tmp_path / "r.jsonl"),
-        "not JSONL",
+        "not valid JSON",
     )
     assert_user_error(
         run("render", "--model", kimi_dir, "--profile", "kimi-k9", conv, tmp_path / "r.jsonl"),

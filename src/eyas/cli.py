@@ -23,6 +23,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -57,6 +58,8 @@ console = Console(stderr=True)
 def _fail(message: str, code: int = 2) -> None:
     from rich.markup import escape
 
+    head, *rest = [line.strip() for line in message.splitlines() if line.strip()] or [""]
+    message = " ".join([head, "; ".join(rest)]) if rest else head  # one line, always
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -141,6 +144,9 @@ def convert(cfg: ConvertConfig) -> None:
         for note, n in result.notes.most_common(12):
             table.add_row(note, str(n))
         console.print(table)
+    if not result.num_converted:
+        why = dict(result.reasons.most_common()) or "the file holds no rows"
+        raise EyasError("no_rows", f"{cfg.input}: no row converted ({why})")
 
 
 _MODEL_FLAGS = (
@@ -177,7 +183,7 @@ def render(cfg: RenderConfig) -> None:
 
 @app.command()
 @_user_errors
-@schema_flags(PipelineConfig, *_MODEL_FLAGS)
+@schema_flags(PipelineConfig, *_MODEL_FLAGS, reads=("datasets.*.path",))
 def prepare(cfg: PipelineConfig) -> None:
     """Convert and render every dataset of a pipeline config."""
     from eyas.generate.prepare import prepare as run_prepare
@@ -195,6 +201,12 @@ def prepare(cfg: PipelineConfig) -> None:
         )
     console.print(table)
     console.print(f"-> {cfg.stage_dir('prepare')}")
+    for ds in cfg.datasets:
+        if not summary[ds.name]["converted"]:
+            reasons = summary[ds.name]["convert_reasons"]
+            raise EyasError(
+                "no_rows", f"{ds.path}: no row of dataset {ds.name} converted {reasons}"
+            )
 
 
 @app.command()
@@ -217,16 +229,14 @@ def prepare(cfg: PipelineConfig) -> None:
     Flag("generate.shard"),
     Flag("generate.shard_size"),
     Flag("generate.progress"),
+    reads=("generate.input",),
 )
 def generate(cfg: PipelineConfig) -> None:
     """Regenerate responses with exact token ids; resumable (rerun to resume)."""
     from eyas.generate.run import run_generate
 
-    if not cfg.generate_input.exists():
-        raise EyasError(
-            "no_input",
-            f"{cfg.generate_input} does not exist (generate.input (--input); run eyas prepare)",
-        )
+    if not cfg.generate_input.exists():  # the default: this run's prepare stage
+        raise EyasError("no_input", f"{cfg.generate_input} does not exist (run eyas prepare)")
     renderer = _renderer(cfg.model)
     manifest = run_generate(cfg, renderer, cfg.generate.progress)
     run = manifest["this_run"]
@@ -411,6 +421,14 @@ def train(cfg: TrainConfig) -> None:
 # -- export --------------------------------------------------------------------------------------
 
 
+def _given_target(target: Path | None) -> None:
+    """A --target the user gave is a model directory (the checks it enables are not skipped)."""
+    if target is not None:
+        from eyas.hf_models import model_config
+
+        model_config(target)
+
+
 @export_app.command("drafter")
 @_user_errors
 @schema_flags(
@@ -427,6 +445,7 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
     from eyas.export.drafter import export_drafter
     from eyas.export.validate import check_export
 
+    _given_target(cfg.target)
     path = export_drafter(
         cfg.checkpoint, cfg.format, cfg.out, cfg.target, cfg.speculative_tokens, cfg.step
     )
@@ -440,6 +459,7 @@ def export_check_cmd(cfg: ExportCheckConfig) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
     from eyas.export.validate import check_export
 
+    _given_target(cfg.target)
     console.print(check_export(cfg.path, cfg.target))
 
 

@@ -65,6 +65,11 @@ class CommandSchema:
 
     model: type[BaseModel]
     params: tuple[Flag | Arg, ...]
+    reads: tuple[str, ...] = ()  # input keys of this command beyond the model's `input_keys`
+
+    @property
+    def input_keys(self) -> tuple[str, ...]:
+        return (*getattr(self.model, "input_keys", ()), *self.reads)
 
     def where(self, key: str) -> str:
         """How a user names `key`: its flag or argument and its config key."""
@@ -81,7 +86,7 @@ class CommandSchema:
             cfg = build_config(self.model, file, given, overrides)
         except ValidationError as exc:
             raise ConfigError(validation_message(exc, self)) from exc
-        for key in getattr(self.model, "input_keys", ()):
+        for key in self.input_keys:
             for value in values_at(cfg, key):
                 if not Path(value).exists():
                     raise EyasError("no_input", f"{value} does not exist ({self.where(key)})")
@@ -97,10 +102,12 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 
 def field_of(model: type[BaseModel], key: str) -> FieldInfo:
-    """The pydantic field a dotted key names (through nested models)."""
-    parts = key.split(".")
+    """The pydantic field a dotted key names (through nested models; `*`: a list's items)."""
+    parts = [p for p in key.split(".") if p != "*"]
     for part in parts[:-1]:
         model = _unwrap_optional(model.model_fields[part].annotation)
+        if typing.get_origin(model) is list:
+            (model,) = typing.get_args(model)
     return model.model_fields[parts[-1]]
 
 
@@ -190,11 +197,14 @@ _SET = inspect.Parameter(
 )
 
 
-def schema_flags(model: type[BaseModel], *params: Flag | Arg | str) -> Callable:
+def schema_flags(
+    model: type[BaseModel], *params: Flag | Arg | str, reads: tuple[str, ...] = ()
+) -> Callable:
     """Decorator: `--config`, `--set`, one argument per `Arg` and one option per flag (a
-    string is `Flag(key)`); the command is called with `cfg=` the validated config."""
+    string is `Flag(key)`); the command is called with `cfg=` the validated config. `reads`
+    names the paths this command reads beyond the model's `input_keys`."""
     specs = tuple(p if isinstance(p, (Flag, Arg)) else Flag(p) for p in params)
-    schema = CommandSchema(model, specs)
+    schema = CommandSchema(model, specs, reads)
 
     def decorate(fn: Callable) -> Callable:
         sig = inspect.signature(fn)

@@ -214,7 +214,7 @@ class PipelineConfig(_Strict):
         "generate.out",
         "datasets.*.path",
     )
-    input_keys: ClassVar = ("model.dir", "datasets.*.path")
+    input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig

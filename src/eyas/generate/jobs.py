@@ -101,7 +101,7 @@ def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[
     jobs: list[Job] = []
     skipped: Counter = Counter()
     checked: set[Path] = set()
-    for file, row in read_rendered(cfg.generate_input):
+    for file, row in read_rendered(cfg.generate_input, conversations=True):
         if file not in checked:
             _check_fingerprint(file, renderer)
             checked.add(file)

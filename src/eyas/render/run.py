@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from eyas import __version__
-from eyas.jsonl import write_json
+from eyas.jsonl import read_jsonl, require_file, write_json
 from eyas.records import SCHEMA_VERSION, Conversation, RecordError
 from eyas.render.probe import probe_template, require_native_tools
 from eyas.render.renderer import Renderer, RenderError
@@ -35,13 +35,9 @@ def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -
     template ignores them (or declares them in a form the profile does not expect).
     """
     in_path, out_path = Path(in_path), Path(out_path)
-    if not in_path.is_file():
-        raise RecordError("no_input", f"{in_path} does not exist (the output of eyas convert)")
+    require_file(in_path, "JSONL file (the output of eyas convert)")
     result = RenderResult(probe=probe_template(renderer))
-    try:
-        rows = [orjson.loads(line) for line in in_path.read_bytes().splitlines() if line.strip()]
-    except orjson.JSONDecodeError as exc:
-        raise RecordError("invalid_json", f"{in_path}: not JSONL ({exc})") from exc
+    rows = list(read_jsonl(in_path))
     if any(row.get("tools") for row in rows):
         require_native_tools(result.probe, renderer)
     out_path.parent.mkdir(parents=True, exist_ok=True)
