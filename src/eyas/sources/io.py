@@ -1,17 +1,22 @@
-"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders."""
+"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders.
+
+pyarrow is imported when a Parquet or Arrow input is read: the command line imports the
+source registry (`eyas.sources.FORMATS`) for its choices and stays light.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from eyas.errors import EyasError
 from eyas.jsonl import read_json_object
 from eyas.sources.common import ConversionError
-from eyas.store.samples import read_parquet
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class SourceFileError(EyasError):
@@ -27,6 +32,8 @@ def _arrow_rows(table: pa.Table) -> Iterator[dict]:
 
 
 def _saved_dataset(folder: Path) -> Iterator[dict]:
+    import pyarrow as pa
+
     # save_to_disk writes Arrow IPC *stream* files listed in state.json.
     state = read_json_object(folder / "state.json")
     for entry in state.get("_data_files", []):
@@ -56,6 +63,8 @@ def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
     if not path.exists():
         raise SourceFileError(f"{path} does not exist")
     if path.suffix == ".parquet":
+        from eyas.store.samples import read_parquet
+
         yield from _arrow_rows(read_parquet(path))
         return
     with path.open("rb") as f:
