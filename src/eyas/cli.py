@@ -29,8 +29,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click
 from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on the click package
+    from click.exceptions import NoArgsIsHelpError, UsageError
 
 from eyas.cli_schema import Arg, Flag, schema_flags, validation_message
 from eyas.config import (
