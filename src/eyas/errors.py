@@ -20,3 +20,10 @@ class RefusedError(EyasError):
     fingerprint mismatch, an invalid export): exit code 1, like a failed audit."""
 
     exit_code = 1
+
+
+def unreadable(path: object, kind: str, exc: BaseException) -> EyasError:
+    """The error for a file that exists but cannot be decoded as `kind` (`parquet`,
+    `safetensors`, ...): reason `invalid_<kind>`, the file named, the decoder's first line."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return EyasError(f"invalid_{kind}", f"{path}: not a readable {kind} file ({detail})")

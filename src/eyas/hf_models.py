@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from eyas.errors import EyasError
+from eyas.errors import EyasError, unreadable
 
 
 def require_model_dir(path: str | Path, what: str = "model") -> Path:
@@ -269,16 +269,18 @@ def load_frozen_lm(
     require_model_dir(model_dir, "target model")
     if not list(Path(model_dir).glob("*.safetensors")):
         raise EyasError("no_model", f"{model_dir} holds no .safetensors weights")
-    model = (
-        AutoModelForCausalLM.from_pretrained(
-            str(model_dir),
-            dtype=dtype,
-            trust_remote_code=trust_remote_code,
-            use_safetensors=True,
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
         )
-        .to(device)
-        .eval()
-    )
+    except EyasError:
+        raise
+    except (SafetensorError, OSError, ValueError) as exc:  # a torn file, a foreign config.json
+        detail = str(exc).strip().splitlines()[0]
+        raise EyasError("bad_model", f"{model_dir}: cannot be loaded ({detail})") from exc
+    model = model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
@@ -288,15 +290,26 @@ def _weight_files(model_dir: Path) -> dict[str, Path]:
     """tensor name -> safetensors file; `model.safetensors.index.json` aware."""
     index = model_dir / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: model_dir / file for name, file in weight_map.items()}
-    from safetensors import safe_open
+        from eyas.jsonl import read_json_object
 
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise EyasError("bad_model_config", f"{index}: no weight_map object")
+        return {name: model_dir / file for name, file in weight_map.items()}
     out: dict[str, Path] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as st:
+        with _open_safetensors(file) as st:
             out.update({name: file for name in st.keys()})  # noqa: SIM118
     return out
+
+
+def _open_safetensors(file: Path) -> Any:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return safe_open(str(file), "pt")
+    except (SafetensorError, OSError) as exc:
+        raise unreadable(file, "safetensors", exc) from exc
 
 
 def load_named_tensors(
@@ -310,8 +323,6 @@ def load_named_tensors(
     differently); returns {role: tensor} for the roles found and the names actually read. A
     name whose file is absent (a config-only copy of a checkpoint) counts as not found.
     """
-    from safetensors import safe_open
-
     files = files if files is not None else _weight_files(require_model_dir(model_dir))
     out: dict[str, Any] = {}
     read: list[str] = []
@@ -319,7 +330,7 @@ def load_named_tensors(
         name = next((n for n in names if n in files and files[n].exists()), None)
         if name is None:
             continue
-        with safe_open(str(files[name]), "pt") as st:
+        with _open_safetensors(files[name]) as st:
             out[role] = st.get_tensor(name)
         read.append(name)
     return out, read

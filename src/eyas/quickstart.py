@@ -31,6 +31,7 @@ from eyas.config import (
     ModelConfig,
     PipelineConfig,
     RunConfig,
+    config_toml,
 )
 from eyas.generate.prepare import prepare
 from eyas.generate.run import run_generate
@@ -58,16 +59,12 @@ def _config(
 
 
 def _write_toml(cfg: PipelineConfig, path: Path) -> None:
-    """The resolved config, so `eyas generate --config` reruns or resumes this run."""
-    lines = [
-        f'[run]\nname = "{cfg.run.name}"\ndir = "{cfg.run.dir}"\n',
-        f'[model]\ndir = "{cfg.model.dir}"\n',
-        f'[backend]\nkind = "{cfg.backend.kind}"\nconcurrency = {cfg.backend.concurrency}\n',
-        f"[generate]\nmax_new_tokens = {cfg.generate.max_new_tokens}\n",
-    ]
-    for d in cfg.datasets:
-        lines.append(f'[[datasets]]\nname = "{d.name}"\npath = "{d.path}"\nformat = "{d.format}"\n')
-    path.write_text("# written by `eyas quickstart`\n" + "\n".join(lines))
+    """The resolved config, every field of it, so `eyas generate --config` reruns or resumes
+    this run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "written by `eyas quickstart`: the resolved config of its native run\n"
+    header += f"eyas generate --config {path}   # reruns or resumes it"
+    path.write_text(config_toml(cfg, header))
 
 
 def naive_b1(native_prepare: Path, renderer: Renderer, out: Path) -> Path:

@@ -225,7 +225,7 @@ class TemplateDrift(Check):
                     len(idx),
                 )
         t = ctx.table
-        n = min(ctx.options.decode_sample or len(idx), 400)
+        n = min(ctx.options.decode_limit or len(idx), 400)
         picked = idx[np.linspace(0, len(idx) - 1, min(n, len(idx))).astype(np.int64)]
         for i in picked:
             i = int(i)

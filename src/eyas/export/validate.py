@@ -8,16 +8,17 @@ must agree, the aux layer ids must lie inside the target's depth, and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from eyas.backends.sglang import conventions as sglang
 from eyas.drafter.load import exported_aux_layers
-from eyas.errors import EyasError, RefusedError
+from eyas.errors import EyasError, RefusedError, unreadable
 from eyas.hf_models import TargetModel, target_model
+from eyas.jsonl import read_json_object
 
 
 class ExportError(RefusedError):
@@ -35,16 +36,21 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
     path = Path(path)
     problems: list[str] = []
     if not path.is_dir():
-        raise EyasError("no_input", f"export directory {path} does not exist")
+        state = "is a file, not a folder" if path.exists() else "does not exist"
+        raise EyasError("no_input", f"export directory {path} {state}")
     if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
-        raise ExportError([f"{path} needs config.json and model.safetensors"])
-    cfg = json.loads((path / "config.json").read_text())
+        # the wrong folder, not an export eyas refuses: a user error (exit 2)
+        raise EyasError(
+            "not_an_export", f"{path} is not an export: it needs config.json and model.safetensors"
+        )
+    cfg = read_json_object(path / "config.json")
     meta = (
-        json.loads((path / "eyas_export.json").read_text())
-        if (path / "eyas_export.json").exists()
-        else {}
+        read_json_object(path / "eyas_export.json") if (path / "eyas_export.json").exists() else {}
     )
-    weights = load_file(str(path / "model.safetensors"))
+    try:
+        weights = load_file(str(path / "model.safetensors"))
+    except (SafetensorError, OSError) as exc:
+        raise unreadable(path / "model.safetensors", "safetensors", exc) from exc
     # every layer check below is in HF `hidden_states` terms, whatever the engine writes
     aux = exported_aux_layers(cfg)
     if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:

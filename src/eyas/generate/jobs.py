@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from eyas.config import PipelineConfig, SamplingConfig
 from eyas.errors import EyasError, RefusedError
+from eyas.jsonl import read_json_object
 from eyas.records import Conversation
 from eyas.render.renderer import Renderer, has_unanswered
 from eyas.store import read_rendered, sidecar
@@ -88,7 +87,7 @@ def _check_fingerprint(file: Path, renderer: Renderer) -> None:
     manifest = sidecar(file, ".manifest.json")
     if not manifest.exists():
         return
-    render = orjson.loads(manifest.read_bytes()).get("render", {})
+    render = read_json_object(manifest).get("render", {})
     for key, mine in (
         ("tokenizer_sha256", renderer.fingerprint),
         ("template_sha256", renderer.template_sha256),
@@ -107,7 +106,7 @@ def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[
     jobs: list[Job] = []
     skipped: Counter = Counter()
     checked: set[Path] = set()
-    for file, row in read_rendered(cfg.generate_input):
+    for file, row in read_rendered(cfg.generate_input, conversations=True):
         if file not in checked:
             _check_fingerprint(file, renderer)
             checked.add(file)

@@ -32,7 +32,8 @@ def prepare(cfg: PipelineConfig, renderer: Renderer) -> dict[str, Any]:
     out = cfg.stage_dir("prepare")
     summary: dict[str, Any] = {}
     for ds in cfg.datasets:
-        fmt = ds.format if ds.format != "auto" else detect_format(read_rows(ds.path))
+        auto = ds.format == "auto"
+        fmt = detect_format(read_rows(ds.path), source=str(ds.path)) if auto else ds.format
         conv_path = out / "conversations" / f"{ds.name}.jsonl"
         conv_path.parent.mkdir(parents=True, exist_ok=True)
         reasons: Counter = Counter()

@@ -44,7 +44,8 @@ def load_tokenizer(model_dir: str | Path, trust_remote_code: bool = False) -> An
 
     path = Path(model_dir)
     if not path.is_dir():
-        raise RenderError("no_model", f"model directory {path} does not exist")
+        state = "is a file, not a folder" if path.exists() else "does not exist"
+        raise RenderError("no_model", f"model directory {path} {state}")
     if not any((path / name).exists() for name in _TOKENIZER_FILES):
         raise RenderError(
             "no_tokenizer",
@@ -52,13 +53,18 @@ def load_tokenizer(model_dir: str | Path, trust_remote_code: bool = False) -> An
         )
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-    except ValueError as exc:
+    except EyasError:
+        raise
+    except (ValueError, OSError) as exc:  # ValueError includes a malformed tokenizer JSON
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise RenderError(
                 "needs_remote_code",
                 f"{path}'s tokenizer is custom code; pass --trust-remote-code if you trust it",
             ) from exc
-        raise
+        detail = str(exc).strip().splitlines()[0]
+        raise RenderError(
+            "bad_tokenizer", f"{path}: the tokenizer cannot be loaded ({detail})"
+        ) from exc
 
 
 def tokenizer_fingerprint(model_dir: str | Path) -> str:

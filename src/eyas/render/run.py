@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from eyas import __version__
-from eyas.jsonl import write_json
+from eyas.jsonl import read_jsonl, require_file, write_json
 from eyas.records import SCHEMA_VERSION, Conversation, RecordError
 from eyas.render.probe import TOOLS_IGNORED, probe_template, require_native_tools
 from eyas.render.renderer import Renderer, RenderError
@@ -56,13 +56,9 @@ def render_file(renderer: Renderer, in_path: str | Path, out_path: str | Path) -
     rows carry tools and the template declares them in a form the profile does not expect.
     """
     in_path, out_path = Path(in_path), Path(out_path)
-    if not in_path.is_file():
-        raise RecordError("no_input", f"{in_path} does not exist (the output of eyas convert)")
+    require_file(in_path, "JSONL file (the output of eyas convert)")
     result = RenderResult(probe=probe_template(renderer))
-    try:
-        rows = [orjson.loads(line) for line in in_path.read_bytes().splitlines() if line.strip()]
-    except orjson.JSONDecodeError as exc:
-        raise RecordError("invalid_json", f"{in_path}: not JSONL ({exc})") from exc
+    rows = list(read_jsonl(in_path))
     with_tools = sum(1 for row in rows if row.get("tools"))
     tools_ignored = not result.probe["tools_rendered"]
     if with_tools and (with_tools == len(rows) or not tools_ignored):

@@ -63,14 +63,20 @@ def _guess(row: dict) -> str | None:
     return None
 
 
-def detect_format(rows: Iterable[dict | ConversionError], sample: int = 20) -> str:
-    """The format most of the first `sample` rows look like; raises if none is recognised."""
+def detect_format(
+    rows: Iterable[dict | ConversionError], sample: int = 20, *, source: str = ""
+) -> str:
+    """The format most of the first `sample` rows look like; raises if none is recognised
+    (naming `source`, the file the rows come from)."""
     votes: dict[str, int] = {}
     for row in islice(rows, sample):
         if isinstance(row, dict) and (fmt := _guess(row)):
             votes[fmt] = votes.get(fmt, 0) + 1
     if not votes:
-        raise SourceFileError("cannot detect the source format from the first rows")
+        where = f"{source}: " if source else ""
+        raise SourceFileError(
+            f"{where}cannot detect the source format from the first {sample} rows; name it"
+        )
     # Hermes rows without a tool turn look like ShareGPT; any Hermes marker wins.
     if "hermes" in votes:
         return "hermes"

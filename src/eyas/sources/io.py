@@ -1,16 +1,22 @@
-"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders."""
+"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders.
+
+pyarrow is imported when a Parquet or Arrow input is read: the command line imports the
+source registry (`eyas.sources.FORMATS`) for its choices and stays light.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from eyas.errors import EyasError
+from eyas.jsonl import read_json_object
 from eyas.sources.common import ConversionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class SourceFileError(EyasError):
@@ -26,11 +32,22 @@ def _arrow_rows(table: pa.Table) -> Iterator[dict]:
 
 
 def _saved_dataset(folder: Path) -> Iterator[dict]:
+    import pyarrow as pa
+
     # save_to_disk writes Arrow IPC *stream* files listed in state.json.
-    state = json.loads((folder / "state.json").read_text())
+    state = read_json_object(folder / "state.json")
     for entry in state.get("_data_files", []):
-        with pa.memory_map(str(folder / entry["filename"])) as source:
-            yield from _arrow_rows(pa.ipc.open_stream(source).read_all())
+        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+            raise SourceFileError(
+                f"{folder / 'state.json'}: _data_files entry {entry!r} names no file"
+            )
+        file = folder / entry["filename"]
+        try:
+            with pa.memory_map(str(file)) as source:
+                table = pa.ipc.open_stream(source).read_all()
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceFileError(f"{file}: not a readable Arrow stream ({exc})") from exc
+        yield from _arrow_rows(table)
 
 
 def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
@@ -46,15 +63,21 @@ def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
     if not path.exists():
         raise SourceFileError(f"{path} does not exist")
     if path.suffix == ".parquet":
-        yield from _arrow_rows(pq.read_table(path))
+        from eyas.store.samples import read_parquet
+
+        yield from _arrow_rows(read_parquet(path))
         return
     with path.open("rb") as f:
         head = f.read(4096).lstrip()
     if head.startswith(b"["):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise SourceFileError(f"{path}: not UTF-8 text ({exc.reason})") from exc
         except json.JSONDecodeError as exc:
-            raise SourceFileError(f"{path}: not a valid JSON array: {exc}") from exc
+            raise SourceFileError(
+                f"{path}:{exc.lineno}: not a valid JSON array: {exc.msg} (column {exc.colno})"
+            ) from exc
         for item in data:
             yield (
                 item
@@ -64,12 +87,15 @@ def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
                 )
             )
         return
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
+    with path.open("rb") as f:
+        for raw in f:
+            if not raw.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield ConversionError("invalid_json", f"not UTF-8 text ({exc.reason})")
+                continue
             except json.JSONDecodeError as exc:
                 yield ConversionError("invalid_json", f"{exc.msg} at column {exc.colno}")
                 continue

@@ -34,7 +34,7 @@ def convert_file(
     in_path, out_path = Path(in_path), Path(out_path)
     detected = fmt == "auto"
     if detected:
-        fmt = detect_format(read_rows(in_path))
+        fmt = detect_format(read_rows(in_path), source=str(in_path))
     if fmt not in FORMATS:
         raise EyasError(
             "bad_flag", f"unknown format {fmt!r}; choose one of {sorted(FORMATS)} or auto"

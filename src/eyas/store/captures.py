@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from eyas.errors import EyasError
+from eyas.jsonl import read_json_object
 
 
 def capture_shards(capture_dir: str | Path) -> list[Path]:
@@ -33,14 +34,31 @@ def capture_shards(capture_dir: str | Path) -> list[Path]:
 
 
 def _metadata(path: Path) -> dict[str, str]:
-    with safe_open(str(path), "pt") as st:
-        return st.metadata() or {}
+    try:
+        with safe_open(str(path), "pt") as st:
+            return st.metadata() or {}
+    except (SafetensorError, OSError) as exc:
+        raise EyasError(
+            "invalid_safetensors", f"{path}: not a readable safetensors file ({exc})"
+        ) from exc
+
+
+def _listed(path: Path, meta: dict[str, str], key: str) -> list:
+    try:
+        value = json.loads(meta[key])
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise EyasError(
+            "invalid_capture", f"{path}: metadata {key!r} missing or not JSON: not an eyas capture"
+        ) from exc
+    if not isinstance(value, list):
+        raise EyasError("invalid_capture", f"{path}: metadata {key!r} is not a list")
+    return value
 
 
 def captured_ids(capture_dir: str | Path) -> set[str]:
     ids: set[str] = set()
     for path in capture_shards(capture_dir):
-        ids.update(json.loads(_metadata(path)["ids"]))
+        ids.update(_listed(path, _metadata(path), "ids"))
     return ids
 
 
@@ -114,11 +132,18 @@ class CaptureWriter:
 def read_shard_rows(path: Path) -> list[CapturedRow]:
     """The samples of one committed shard (ids and masks; the states stay on disk)."""
     meta = _metadata(path)
-    ids, datasets = json.loads(meta["ids"]), json.loads(meta["datasets"])
+    ids, datasets = _listed(path, meta, "ids"), _listed(path, meta, "datasets")
     with safe_open(str(path), "pt") as st:
+        missing = {"offsets", "input_ids", "loss_mask", "hidden_states"} - set(st.keys())
+        if missing:
+            raise EyasError("invalid_capture", f"{path}: no tensor(s) {sorted(missing)}")
         offsets = st.get_tensor("offsets").tolist()
         input_ids = st.get_tensor("input_ids").tolist()
         mask = st.get_tensor("loss_mask").tolist()
+    if len(offsets) != len(ids) + 1 or len(datasets) != len(ids):
+        raise EyasError(
+            "invalid_capture", f"{path}: {len(ids)} ids for {len(offsets) - 1} offset rows"
+        )
     return [
         CapturedRow(
             sid,
@@ -144,7 +169,7 @@ def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict
         rows += read_shard_rows(path)
     if not rows:
         raise EyasError("no_input", f"{capture_dir} holds no captured shards")
-    return rows, json.loads(manifest_path.read_text())
+    return rows, read_json_object(manifest_path)
 
 
 class StateReader:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from eyas.jsonl import read_jsonl
-from eyas.records import RecordError
+from eyas.jsonl import parse_line, read_jsonl, require_file
+from eyas.records import Conversation, RecordError
 
 QUARANTINE_NAME = "quarantine.jsonl"
 QUARANTINE_FIELDS = ("id", "dataset", "check", "severity", "reason")
@@ -33,22 +33,33 @@ def rendered_files(path: str | Path) -> list[Path]:
     files = sorted(
         p
         for p in root.glob("*.jsonl")
-        if not p.name.endswith(".errors.jsonl") and p.name != QUARANTINE_NAME
+        if not p.name.endswith("errors.jsonl") and not p.name.endswith(QUARANTINE_NAME)
     )
     if not files:
         raise RecordError("no_input", f"no rendered .jsonl files in {path} (run eyas prepare)")
     return files
 
 
-def read_rendered(path: str | Path) -> Iterator[tuple[Path, dict]]:
-    """(file, row) for every rendered prompt; each row must carry `prompt_ids`."""
+def read_rendered(path: str | Path, *, conversations: bool = False) -> Iterator[tuple[Path, dict]]:
+    """(file, row) for every rendered prompt; each row must carry `id` and `prompt_ids` (a
+    list of ids), and with `conversations` be a whole conversation (`Conversation.from_dict`)."""
     for file in rendered_files(path):
-        for k, row in enumerate(read_jsonl(file)):
-            if "prompt_ids" not in row or "id" not in row:
-                raise RecordError(
-                    "not_rendered", f"{file}:{k + 1}: lines need id and prompt_ids (eyas render)"
-                )
-            yield file, row
+        require_file(file, "rendered JSONL file")
+        with file.open("rb") as f:
+            for k, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                row = parse_line(line, file, k)
+                if not isinstance(row.get("prompt_ids"), list) or "id" not in row:
+                    raise RecordError(
+                        "not_rendered", f"{file}:{k}: lines need id and prompt_ids (eyas render)"
+                    )
+                if conversations:
+                    try:
+                        Conversation.from_dict(row)
+                    except RecordError as exc:
+                        raise RecordError(exc.reason, f"{file}:{k}: {exc.detail}") from exc
+                yield file, row
 
 
 def quarantine_path(data: str | Path) -> Path:
@@ -67,7 +78,11 @@ def quarantine_path(data: str | Path) -> Path:
 def read_quarantine(path: str | Path) -> dict[str, dict]:
     """id -> the first quarantine row for that id."""
     out: dict[str, dict] = {}
-    for row in read_jsonl(path):
+    for k, row in enumerate(read_jsonl(path)):
+        if not isinstance(row.get("id"), str):
+            raise RecordError(
+                "missing_field", f"{path}: quarantine row {k + 1} has no id (eyas audit writes it)"
+            )
         out.setdefault(row["id"], row)
     return out
 

@@ -20,7 +20,19 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eyas.errors import unreadable
+from eyas.jsonl import parse_line, read_json_object, require_file
 from eyas.records import RecordError, Sample
+
+
+def read_parquet(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file; one that cannot be read is a user error naming the file."""
+    path = Path(path)
+    require_file(path, "Parquet file")
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(path, "parquet", exc) from exc
 
 
 @dataclass
@@ -98,7 +110,13 @@ class SampleTable:
         key = (name, i)
         if key not in self._parsed:
             raw = getattr(self, f"{name}_json")[i]
-            self._parsed[key] = orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw
+            try:
+                self._parsed[key] = orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw
+            except orjson.JSONDecodeError as exc:
+                raise RecordError(
+                    "invalid_json",
+                    f"{self.source}: sample {self.ids[i]}: {name} is not valid JSON ({exc.msg})",
+                ) from exc
         return self._parsed[key]
 
     def messages(self, i: int) -> list[dict]:
@@ -159,6 +177,27 @@ def _col(table: pa.Table, name: str, default: Any, n: int) -> list:
     return [default] * n
 
 
+def _ids_column(table: pa.Table, name: str, source: str) -> pa.ChunkedArray:
+    column = table.column(name)
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_integer(
+        kind.value_type
+    ):
+        raise RecordError("bad_column", f"{source}: column {name} is {kind}, not a list of ints")
+    return column
+
+
+def _stop(value: Any) -> Any:
+    """eyas stores matched_stop JSON-encoded (an id or a string); other producers may store
+    the stop string itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+
+
 def _from_arrow(table: pa.Table, source: str) -> SampleTable:
     missing = [c for c in ("id", "prompt_ids", "output_ids") if c not in table.column_names]
     if missing:
@@ -167,8 +206,7 @@ def _from_arrow(table: pa.Table, source: str) -> SampleTable:
         )
     n = table.num_rows
     empty = pa.array([None] * n, type=pa.list_(pa.int8()))
-    matched = _col(table, "matched_stop", None, n)
-    matched = [orjson.loads(m) if isinstance(m, str) else m for m in matched]
+    matched = [_stop(m) for m in _col(table, "matched_stop", None, n)]
     turn = np.asarray(_col(table, "turn", -1, n), dtype=np.int64)
 
     def js(name: str) -> list:
@@ -180,10 +218,10 @@ def _from_arrow(table: pa.Table, source: str) -> SampleTable:
     return SampleTable(
         ids=[str(x) for x in table.column("id").to_pylist()],
         dataset=[d or "default" for d in _col(table, "dataset", "default", n)],
-        prompt=Ragged.from_arrow(table.column("prompt_ids")),
-        output=Ragged.from_arrow(table.column("output_ids")),
+        prompt=Ragged.from_arrow(_ids_column(table, "prompt_ids", source)),
+        output=Ragged.from_arrow(_ids_column(table, "output_ids", source)),
         loss_mask=Ragged.from_arrow(
-            table.column("loss_mask") if "loss_mask" in table.column_names else empty
+            _ids_column(table, "loss_mask", source) if "loss_mask" in table.column_names else empty
         ),
         finish_reason=[f or None for f in _col(table, "finish_reason", None, n)],
         matched_stop=matched,
@@ -196,20 +234,39 @@ def _from_arrow(table: pa.Table, source: str) -> SampleTable:
     )
 
 
+def _ids_lists(
+    rows: list[dict], key: str, path: Path, lines: list[int], dtype: Any = np.int32
+) -> Ragged:
+    try:
+        return Ragged.from_lists([r.get(key) for r in rows], dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        # only on failure: find the line to name (checking every id up front costs a pass)
+        for row, line in zip(rows, lines):
+            value = row.get(key)
+            ok = value is None or (
+                isinstance(value, list)
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+            )
+            if not ok:
+                raise RecordError(
+                    "bad_field", f"{path}:{line}: {key} is not a list of token ids"
+                ) from exc
+        raise RecordError("bad_field", f"{path}: {key}: {exc}") from exc
+
+
 def _from_jsonl(path: Path) -> SampleTable:
-    rows = []
+    require_file(path, "sample file")
+    rows, lines = [], []
     with path.open("rb") as f:
-        for k, line in enumerate(f):
+        for k, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise RecordError("invalid_json", f"{path}:{k + 1}: {exc}") from exc
-            missing = [c for c in ("id", "prompt_ids", "output_ids") if c not in row]
+            row = parse_line(line, path, k)
+            missing = [c for c in ("id", "prompt_ids", "output_ids") if row.get(c) is None]
             if missing:
-                raise RecordError("missing_field", f"{path}:{k + 1} lacks {missing}")
+                raise RecordError("missing_field", f"{path}:{k} lacks {missing}")
             rows.append(row)
+            lines.append(k)
 
     def js(key: str) -> list:
         return [orjson.dumps(r[key]).decode() if r.get(key) is not None else None for r in rows]
@@ -217,9 +274,9 @@ def _from_jsonl(path: Path) -> SampleTable:
     return SampleTable(
         ids=[str(r["id"]) for r in rows],
         dataset=[r.get("dataset") or "default" for r in rows],
-        prompt=Ragged.from_lists([r["prompt_ids"] for r in rows]),
-        output=Ragged.from_lists([r["output_ids"] for r in rows]),
-        loss_mask=Ragged.from_lists([r.get("loss_mask") for r in rows], np.int8),
+        prompt=_ids_lists(rows, "prompt_ids", path, lines),
+        output=_ids_lists(rows, "output_ids", path, lines),
+        loss_mask=_ids_lists(rows, "loss_mask", path, lines, np.int8),
         finish_reason=[r.get("finish_reason") or None for r in rows],
         matched_stop=[r.get("matched_stop") for r in rows],
         turn=np.asarray([r.get("turn", -1) for r in rows], dtype=np.int64),
@@ -239,14 +296,17 @@ def load_table(path: str | Path) -> SampleTable:
     manifest: dict = {}
     if path.is_dir():
         if (path / "manifest.json").exists():
-            manifest = orjson.loads((path / "manifest.json").read_bytes())
+            manifest = read_json_object(path / "manifest.json")
         files = sorted(path.glob("*.parquet"))
         if not files:
             raise RecordError("no_input", f"{path} holds no Parquet shards")
-        table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+        try:
+            table = pa.concat_tables([read_parquet(f) for f in files], promote_options="default")
+        except pa.ArrowInvalid as exc:
+            raise RecordError("bad_column", f"{path}: shards with unlike columns ({exc})") from exc
         out = _from_arrow(table, str(path))
     elif path.suffix == ".parquet":
-        out = _from_arrow(pq.read_table(path), str(path))
+        out = _from_arrow(read_parquet(path), str(path))
     elif path.exists():
         out = _from_jsonl(path)
     else:

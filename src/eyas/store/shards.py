@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.records import Sample
-from eyas.store.samples import Ragged
+from eyas.store.samples import Ragged, read_parquet
 
 SCHEMA = pa.schema(
     [
@@ -51,7 +51,7 @@ def committed_ids(stage_dir: str | Path) -> set[str]:
     """Ids in committed shards (the resume index)."""
     ids: set[str] = set()
     for path in shard_paths(stage_dir):
-        ids.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+        ids.update(read_parquet(path, columns=["id"]).column("id").to_pylist())
     return ids
 
 

@@ -1,0 +1,68 @@
+"""`--help` of every command (walked from the typer app): each flag and argument shows its
+config key, required ones say "required", defaults are the schema's, and no internal name
+(a sentinel, a Python type, a generated parameter name) leaks."""
+
+import re
+
+import pytest
+import typer.main
+from pydantic_core import PydanticUndefined
+from typer.testing import CliRunner
+
+from eyas.cli import app
+from eyas.cli_schema import field_of, is_required
+
+INTERNAL = (
+    str(PydanticUndefined),
+    "PydanticUndefined",
+    "flag_",
+    "config_file",
+    "overrides",
+    "list[",
+    "NoneType",
+    "typing.",
+    "Annotated",
+    "Literal[",
+    "<class",
+)
+
+
+def _commands(group, path=()):
+    for name, cmd in sorted(getattr(group, "commands", {}).items()):
+        if getattr(cmd, "commands", None):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+COMMANDS = dict(_commands(typer.main.get_command(app)))
+
+
+def _help(path) -> str:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    return re.sub(r"[│╭╮╰╯─]", " ", result.output)
+
+
+@pytest.mark.parametrize("path", list(COMMANDS), ids=[" ".join(p) for p in COMMANDS])
+def test_help_shows_keys_requirements_and_no_internal_names(path):
+    text = _help(path)
+    for name in INTERNAL:
+        assert name not in text, f"{' '.join(path)} --help shows {name!r}"
+    assert "--config" in text and "--set" in text
+    schema = COMMANDS[path].callback.schema
+    for p in schema.params:
+        field = field_of(schema.model, p.key)
+        assert p.option in text
+        if is_required(field):
+            assert f"[{p.key}; required]" in text, f"{p.option} does not say it is required"
+        else:
+            default = field.get_default(call_default_factory=True)
+            shown = "" if default is None or default == [] else f"; default {default}"
+            assert f"[{p.key}{shown}]" in text, f"{p.option}: [{p.key}{shown}] not in --help"
+
+
+def test_top_level_help_lists_every_command():
+    text = _help(())
+    for path in COMMANDS:
+        assert path[0] in text
