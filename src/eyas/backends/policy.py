@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import math
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -200,7 +200,7 @@ class ServerPool:
         self.completed = 0
         self.info: list[dict[str, Any]] = []  # each server's answer to ready()
         self._consecutive_failures = 0
-        self._cond = asyncio.Condition()
+        self._waiters: dict[bool, deque[asyncio.Future]] = {True: deque(), False: deque()}
         self._rng = random.Random()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -239,21 +239,28 @@ class ServerPool:
     ) -> tuple[T, int]:
         """Run `op(backend)` on the least-loaded server under the policy: (result, attempts).
         `work` measures a result for the adaptive limit (default: 1 per request)."""
+        if self.stop.is_set():
+            self.failure_reasons["not_sent"] += 1
+            raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
         attempt = 0
         while True:
             attempt += 1
-            server = await self._acquire()
+            server = await self._acquire(retry=attempt > 1)
+            if attempt == 1 and self.stop.is_set():  # stopped while this one waited: keep it
+                self._release(server, None, None, counted=False)
+                self.failure_reasons["not_sent"] += 1
+                raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
             try:
                 result = await self._watched(server, op(server.backend))
             except BackendError as exc:
-                await self._release(server, None, exc)
+                self._release(server, None, exc)
                 if not exc.retryable or attempt >= self.policy.max_attempts or self.stop.is_set():
                     self._final_failure(exc)
                     raise RequestFailed(exc, attempt) from exc
                 self.retries += 1
                 self.retry_reasons[exc.reason] += 1
             else:
-                await self._release(server, float(work(result)) if work else 1.0, None)
+                self._release(server, float(work(result)) if work else 1.0, None)
                 self.completed += 1
                 self._consecutive_failures = 0
                 return result, attempt
@@ -294,32 +301,54 @@ class ServerPool:
             return None
         return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
 
-    async def _acquire(self) -> _Server:
+    async def _acquire(self, retry: bool) -> _Server:
+        """A slot on the least-loaded server with room; retries go before first attempts (a
+        request being retried keeps its place, so a dead server fails fast)."""
         loop = asyncio.get_running_loop()
-        async with self._cond:
-            while True:
-                server = self._pick(loop.time())
-                if server is not None:
-                    break
-                now = loop.time()
-                cooling = [s.down_until - now for s in self.servers if s.down_until > now]
-                timeout = max(0.01, min(cooling)) if cooling else None
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._cond.wait(), timeout)
-            server.outstanding += 1
-            if server.outstanding >= server.limit.value:
-                server.limit.saturated(loop.time())
+        while True:
+            now = loop.time()
+            server = self._pick(now)
+            if server is not None and (retry or not self._waiters[True]):
+                break
+            cooling = [s.down_until - now for s in self.servers if s.down_until > now]
+            waiter = loop.create_future()
+            queue = self._waiters[retry]
+            queue.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, max(0.01, min(cooling)) if cooling else None)
+            except TimeoutError:
+                pass
+            finally:
+                if waiter in queue:
+                    queue.remove(waiter)
+        server.outstanding += 1
+        if server.outstanding >= server.limit.value:
+            server.limit.saturated(loop.time())
         if server.monitor is None:
             server.monitor = asyncio.create_task(self._monitor(server))
         return server
 
-    async def _release(
-        self, server: _Server, work: float | None, error: BackendError | None
+    def _wake(self, count: int) -> None:
+        """Wake `count` waiters, retries first."""
+        for queue in (self._waiters[True], self._waiters[False]):
+            while queue and count > 0:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    count -= 1
+
+    def _release(
+        self,
+        server: _Server,
+        work: float | None,
+        error: BackendError | None,
+        counted: bool = True,
     ) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = asyncio.get_running_loop().time()
         changed = False
-        if error is None:
+        if not counted:
+            pass
+        elif error is None:
             server.last_evidence = now  # an answer is progress
             server.connection_failures = 0
             server.cooloffs = 0
@@ -335,12 +364,8 @@ class ServerPool:
                     )
                     server.down_until, server.cooloffs = now + cool, server.cooloffs + 1
                     server.connection_failures = 0
-        async with self._cond:
-            server.outstanding -= 1
-            if changed:
-                self._cond.notify_all()
-            else:
-                self._cond.notify()
+        server.outstanding -= 1
+        self._wake(sum(s.limit.value for s in self.servers) if changed else 1)
 
     def _final_failure(self, error: BackendError) -> None:
         """Circuit breaker: a permanent answer means the server is alive; a run of requests

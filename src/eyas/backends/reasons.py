@@ -41,6 +41,7 @@ REASONS: dict[str, Reason] = {
     "local_error": Reason(False, False, "in-process generation raised"),
     "local_out_of_memory": Reason(False, False, "out of memory at batch size 1"),
     "server_not_ready": Reason(False, False, "the server never became ready"),
+    "not_sent": Reason(False, False, "the run stopped (breaker, interrupt) before it was sent"),
 }
 
 

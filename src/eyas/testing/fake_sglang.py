@@ -30,6 +30,7 @@ Behaviour that matches SGLang's:
   prefill; each verify step accepts a deterministic 0..K drafts plus one bonus token), and, as
   `fill_spec_decoding_meta` in SGLang's `tokenizer_manager_components/spec_decoding_meta.py`
   does, none of them when the request had no verify step (a one-token answer);
+- with `--short-every N`, every Nth prompt (by its ids) ends at its first token;
 - with `--capacity N`, at most N requests (or batch calls) are computed at once, each for
   `--service-s` seconds; the rest wait in the server's queue.
 
@@ -143,8 +144,10 @@ class FakeSGLang:
         schedule: tuple[str, ...] = (),
         capacity: int | None = None,
         service_s: float = 0.0,
+        short_every: int = 0,
     ):
         self.faults = FaultInjector(fault_rate, faults, seed, schedule)
+        self.short_every = short_every
         self.capacity = capacity
         self.service_s = service_s
         self._slots: asyncio.Semaphore | None = None
@@ -221,7 +224,10 @@ class FakeSGLang:
         self, input_ids, params: dict, rid: str, return_logprob: bool, fault: str | None
     ) -> dict:
         start = time.perf_counter()
-        if self.tokenizer is not None:
+        if self.short_every and zlib.crc32(orjson.dumps(input_ids)) % self.short_every == 0:
+            stop = (list(params.get("stop_token_ids") or []) or [2])[0]
+            ids, finish = [stop], {"type": "stop", "matched": stop}  # ends at its first token
+        elif self.tokenizer is not None:
             ids, finish = self._vocab_output(input_ids, params)
         else:
             ids, finish = fake_output(
@@ -479,6 +485,7 @@ async def _serve(args: argparse.Namespace) -> None:
         schedule=parse_faults(args.fault_schedule, FAULTS),
         capacity=args.capacity,
         service_s=args.service_s,
+        short_every=args.short_every,
     )
     app = server.app()
     app["port"] = args.port
@@ -506,6 +513,9 @@ def main() -> None:
     ap.add_argument("--fault-schedule", default="", help="faults of the first requests, in order")
     ap.add_argument("--capacity", type=int, default=None, help="requests computed at once")
     ap.add_argument("--service-s", type=float, default=0.0, help="seconds each one takes")
+    ap.add_argument(
+        "--short-every", type=int, default=0, help="every Nth prompt stops at its first token"
+    )
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))
