@@ -26,7 +26,7 @@ REASONS: dict[str, Reason] = {
     # transient: the same request may succeed later
     "timeout": Reason(True, False, "no progress from the server for timeout_s"),
     "connection_error": Reason(True, False, "refused, reset or dropped connection"),
-    "server_error": Reason(True, True, "HTTP 5xx, or an abort the engine marks 5xx"),
+    "server_error": Reason(True, False, "HTTP 5xx, or an abort the engine marks 5xx"),
     "server_timeout": Reason(True, True, "HTTP 408"),
     "rate_limited": Reason(True, True, "HTTP 429"),
     "server_abort": Reason(True, False, "the engine aborted the request, no status"),
