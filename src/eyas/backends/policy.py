@@ -164,6 +164,8 @@ class _Server:
         self.last_work: float | None = None
         self.probes = 0
         self.progress_source = "none"
+        self.has_progress_view = True
+        self.probe: asyncio.Future | None = None
         self.connection_failures = 0
         self.down_until = 0.0
         self.cooloffs = 0
@@ -212,10 +214,11 @@ class ServerPool:
 
     async def close(self) -> None:
         for s in self.servers:
-            if s.monitor is not None:
-                s.monitor.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await s.monitor
+            for task in (s.monitor, s.probe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         for b in self.backends:
             await b.close()
 
@@ -276,6 +279,9 @@ class ServerPool:
         try:
             while True:
                 quiet = loop.time() - max(start, server.last_evidence)
+                if quiet >= timeout and server.has_progress_view:
+                    await self._probe(server)  # look again before giving up: this process
+                    quiet = loop.time() - max(start, server.last_evidence)  # may have stalled
                 if quiet >= timeout:
                     break
                 done, _ = await asyncio.wait({task}, timeout=timeout - quiet)
@@ -387,29 +393,38 @@ class ServerPool:
 
     async def _monitor(self, server: _Server) -> None:
         """While the server holds requests, read its progress every probe_s."""
-        probe_s = self.policy.probe_s
-        loop = asyncio.get_running_loop()
-        while True:
-            if server.outstanding == 0:
-                await asyncio.sleep(probe_s)
-                continue
-            try:
-                seen = await server.backend.progress()
-            except BackendError:
-                seen = Progress(alive=False)
-            if seen is None:
-                return  # this backend has no view of its progress: answers are the evidence
-            server.probes += 1
-            now = loop.time()
-            if seen.work is not None:
-                server.progress_source = "work counter"
-                if server.last_work is not None and seen.work > server.last_work:
-                    server.last_evidence = now
-                server.last_work = seen.work
-            elif seen.alive:
-                server.progress_source = "health"
+        while server.has_progress_view:
+            if server.outstanding:
+                await self._probe(server)
+            await asyncio.sleep(self.policy.probe_s)
+
+    async def _probe(self, server: _Server) -> None:
+        """Read the server's progress once (concurrent callers share the read), waiting at
+        most min(timeout_s, 30) s: a frozen server answers nothing."""
+        if server.probe is None or server.probe.done():
+            server.probe = asyncio.ensure_future(self._read_progress(server))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(server.probe), min(self.policy.timeout_s, 30))
+
+    async def _read_progress(self, server: _Server) -> None:
+        try:
+            seen = await server.backend.progress()
+        except BackendError:
+            seen = Progress(alive=False)
+        if seen is None:  # no view of its progress: its answers are the only evidence
+            server.has_progress_view = False
+            server.progress_source = "answers"
+            return
+        server.probes += 1
+        now = asyncio.get_running_loop().time()
+        if seen.work is not None:
+            server.progress_source = "work counter"
+            if server.last_work is not None and seen.work > server.last_work:
                 server.last_evidence = now
-            await asyncio.sleep(probe_s)
+            server.last_work = seen.work
+        elif seen.alive:
+            server.progress_source = "health"
+            server.last_evidence = now
 
 
 __all__ = ["AdaptiveLimit", "ClientPolicy", "RequestFailed", "ServerPool"]

@@ -262,6 +262,8 @@ async def _serve(args: argparse.Namespace) -> None:
         fixed_len=args.fixed_len,
         corrupt_every=args.corrupt_every,
     )
+    if args.capture_dir:
+        fake_states([1], 1, 1)  # import torch now: an import mid-run would freeze the server
     app = server.app()
     app["port"] = args.port
     port = await serve(app)
