@@ -347,6 +347,13 @@ class CaptureConfig(_Strict):
     )
     ready_timeout_s: float = Field(300.0, ge=0)
     max_attempts: int = Field(4, ge=1)
+    backoff_s: float = Field(1.0, ge=0, description="first retry pause (doubles per attempt)")
+    max_consecutive_failures: int = Field(
+        64,
+        ge=0,
+        description="stop (resumably) after this many samples in a row fail on transient "
+        "errors; 0 never stops",
+    )
     max_len: int | None = Field(None, ge=8, description="skip longer sequences (recorded)")
     include_truncated: bool = False
     quarantine: Path | None = None

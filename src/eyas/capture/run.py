@@ -106,6 +106,8 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         adaptive=cfg.adaptive_concurrency and backend_class(cfg.backend).remote,
         timeout_s=cfg.timeout_s,
         max_attempts=cfg.max_attempts,
+        backoff_s=cfg.backoff_s,
+        max_consecutive_failures=cfg.max_consecutive_failures,
         ready_timeout_s=cfg.ready_timeout_s,
     )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)

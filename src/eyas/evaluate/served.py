@@ -49,7 +49,7 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
 from eyas.config import EvalConfig
-from eyas.errors import EyasError
+from eyas.errors import EyasError, RefusedError
 
 
 def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
@@ -233,10 +233,10 @@ async def _served_run(
                     run.outputs[p["id"]], run.metas[p["id"]] = r.output_ids, r.meta
                     run.tokens[name] += len(r.output_ids)
             if pool.stopped_reason:
-                raise EyasError(
+                raise RefusedError(
                     "servers_failing",
                     f"served evaluation stopped: {pool.stopped_reason}; failed: "
-                    f"{_reasons(run.failed)}",
+                    f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
                 )
         run.client = pool.describe()
     return run
