@@ -46,6 +46,7 @@ from typing import Any
 
 from eyas.backends.base import BackendSettings, Generation, GenRequest
 from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
+from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
 from eyas.config import EvalConfig
@@ -187,7 +188,12 @@ async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
     total: dict[str, Any] = defaultdict(float)
     per_pos: list[float] = []
     for backend in pool.backends:
-        snap = await backend.spec_metrics()
+        try:
+            snap = await backend.spec_metrics()
+        except BackendError as exc:
+            raise RefusedError(
+                exc.reason, f"reading the spec-decode counters of {backend.url}: {exc.detail}"
+            ) from exc
         if not snap["present"]:
             raise EyasError(
                 "no_speculation",
@@ -219,8 +225,6 @@ async def _served_run(
                 *(_one(pool, p, cfg) for p in rows), return_exceptions=True
             )
             run.seconds[name] = time.perf_counter() - start
-            if counting:
-                run.figures[name] = served_metrics(before, await _spec_counters(pool), cfg.k)
             run.tokens[name] = 0
             for p, r in zip(rows, results):
                 if isinstance(r, RequestFailed):
@@ -238,6 +242,8 @@ async def _served_run(
                     f"served evaluation stopped: {pool.stopped_reason}; failed: "
                     f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
                 )
+            if counting:
+                run.figures[name] = served_metrics(before, await _spec_counters(pool), cfg.k)
         run.client = pool.describe()
     return run
 
