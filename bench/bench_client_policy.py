@@ -48,7 +48,7 @@ def _requests(n: int) -> list[GenRequest]:
 async def total_timeout_client(url: str, n: int, in_flight: int, timeout_s: float) -> dict:
     """The previous engine's loop: `in_flight` workers, each attempt bounded by timeout_s."""
     rng = random.Random(0)
-    stats = {"retries": 0, "failed": 0, "latencies": []}
+    stats = {"retries": 0, "failed": 0, "latencies": [], "in_flight": []}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         backend = SGLangBackend(url, session, [2])
         queue = iter(_requests(n))
@@ -58,7 +58,8 @@ async def total_timeout_client(url: str, n: int, in_flight: int, timeout_s: floa
                 start = time.perf_counter()
                 for attempt in range(1, 6):
                     try:
-                        await asyncio.wait_for(backend.generate(req), timeout_s)
+                        gen = await asyncio.wait_for(backend.generate(req), timeout_s)
+                        stats["in_flight"].append(gen.meta["latency_s"])
                         break
                     except (TimeoutError, BackendError):
                         if attempt == 5:
@@ -73,14 +74,15 @@ async def total_timeout_client(url: str, n: int, in_flight: int, timeout_s: floa
 
 
 async def eyas_client(url: str, n: int, policy: ClientPolicy) -> dict:
-    stats = {"retries": 0, "failed": 0, "latencies": []}
+    stats = {"retries": 0, "failed": 0, "latencies": [], "in_flight": []}
     settings = BackendSettings(stop_token_ids=[2])
     async with open_pool("sglang", settings, [url], policy, operation="generate") as pool:
 
         async def one(req):
             start = time.perf_counter()
             try:
-                await pool.call(lambda b: b.generate(req))
+                gen, _ = await pool.call(lambda b: b.generate(req))
+                stats["in_flight"].append(gen.meta["latency_s"])
             except RequestFailed:
                 stats["failed"] += 1
             stats["latencies"].append(time.perf_counter() - start)
@@ -127,12 +129,16 @@ def main() -> None:
             stats = asyncio.run(run())
             wall = time.perf_counter() - start
             lat = sorted(stats.pop("latencies"))
+            sent = sorted(stats.pop("in_flight"))
             rows[name] = {
                 **stats,
                 "wall_s": round(wall, 2),
                 "requests_per_s": round(args.requests / wall, 2),
                 "latency_p50_s": round(median(lat), 3),
                 "latency_max_s": round(lat[-1], 3),
+                # from sending to the answer: how long the server held a request
+                "in_flight_p50_s": round(median(sent), 3),
+                "in_flight_max_s": round(sent[-1], 3),
             }
     ideal = args.capacity / args.service_s
     print(
@@ -140,12 +146,14 @@ def main() -> None:
         f"({ideal:.1f}/s at best); ceiling {args.concurrency} in flight; timeout {args.timeout_s} s"
     )
     print(
-        f"{'client':24} {'req/s':>7} {'retries':>8} {'failed':>7} {'p50 s':>7} {'max s':>7} limit"
+        f"{'client':22} {'req/s':>6} {'retries':>7} {'failed':>6} {'wait p50':>8} "
+        f"{'at server p50/max':>17}  limit"
     )
     for name, r in rows.items():
         print(
-            f"{name:24} {r['requests_per_s']:7.2f} {r['retries']:8d} {r['failed']:7d} "
-            f"{r['latency_p50_s']:7.3f} {r['latency_max_s']:7.3f} {r.get('final_limit', '-')}"
+            f"{name:22} {r['requests_per_s']:6.2f} {r['retries']:7d} {r['failed']:6d} "
+            f"{r['latency_p50_s']:8.2f} {r['in_flight_p50_s']:8.2f}/{r['in_flight_max_s']:<8.2f} "
+            f"{r.get('final_limit', '-')}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(

@@ -78,7 +78,7 @@ def test_the_adaptive_limit_finds_a_servers_capacity():
         for _ in range(40):
             limit.saturated(now)
             rate = min(limit.value, capacity)
-            for _ in range(max(4, limit.value)):
+            for _ in range(limit.value + max(limit.MIN_WINDOW, 2 * limit.value)):
                 now += 1 / rate
                 limit.completed(1.0, now)
         assert limit.best_limit == capacity, (capacity, limit.history)

@@ -82,8 +82,9 @@ class AdaptiveLimit:
     """The in-flight limit of one server, following the throughput it sustains.
 
     The limit is measured in windows: a window opens when the server first holds `value`
-    requests and closes after max(4, value) completions, giving one throughput figure for that
-    limit. Growing: double while a window beats the best so far by GAIN; otherwise settle at
+    requests; the next `value` completions are a warm-up (requests sent before the change
+    finish early and would overstate the rate), then max(MIN_WINDOW, 2 x value) completions
+    give one throughput figure for that limit. Growing: double while a window beats the best so far by GAIN; otherwise settle at
     the best limit. Holding: every HOLD_WINDOWS windows try 1.5x the best, keeping it only if
     it beats the current throughput by GAIN. Overload answers halve the limit and restart.
     """
@@ -91,6 +92,7 @@ class AdaptiveLimit:
     GAIN = 1.15
     HOLD_WINDOWS = 4
     START = 4
+    MIN_WINDOW = 16
 
     def __init__(self, maximum: int, adaptive: bool):
         self.maximum = maximum
@@ -102,21 +104,26 @@ class AdaptiveLimit:
         self.holds = 0
         self.history: list[dict[str, float]] = []  # one entry per closed window
         self._start: float | None = None
+        self._warmup = 0
         self._work = 0.0
         self._count = 0
 
     def saturated(self, now: float) -> None:
         """The server holds `value` requests: a measurement window may open."""
         if self.adaptive and self._start is None:
-            self._start, self._work, self._count = now, 0.0, 0
+            self._start, self._warmup, self._work, self._count = now, self.value, 0.0, 0
 
     def completed(self, work: float, now: float) -> bool:
         """Count one completion; True when the limit changed."""
         if self._start is None:
             return False
+        if self._warmup:
+            self._warmup -= 1
+            self._start = now
+            return False
         self._work += work
         self._count += 1
-        if self._count < max(4, self.value) or now <= self._start:
+        if self._count < max(self.MIN_WINDOW, 2 * self.value) or now <= self._start:
             return False
         return self._close(self._work / (now - self._start))
 
