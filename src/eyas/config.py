@@ -86,8 +86,8 @@ def _engine_name(v: str, operation: str | None = None) -> str:
 class BackendConfig(_Strict):
     kind: str = Field(
         "local",
-        description="where generation runs: an engine of eyas.backends.registry (sglang, "
-        "vllm, openai_chat, local)",
+        description="where generation runs: sglang, vllm, openai_chat or local (the engines "
+        "of eyas.backends.registry)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
     concurrency: int | None = Field(

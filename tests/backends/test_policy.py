@@ -109,6 +109,7 @@ def test_a_server_that_dies_is_detected_by_the_breaker():
     assert set(pool.retry_reasons) == {"connection_error"}
 
 
+@pytest.mark.slow
 def test_hung_connections_on_a_frozen_server_are_retried_then_stopped():
     """SIGSTOP: the server holds its connections and answers nothing, /health included. The
     requests in flight time out (no progress) and are retried; the breaker ends the run."""

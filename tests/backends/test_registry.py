@@ -4,6 +4,7 @@ new engine gets the shared client policy (retries, reasons, manifest) with no ot
 import json
 
 import pyarrow.parquet as pq
+import pytest
 from toy_engine import toy_output
 from typer.testing import CliRunner
 
@@ -18,6 +19,7 @@ def generate(model, backend, inp, out):
     return CliRunner().invoke(app, ["generate", *args, "--no-progress"])
 
 
+@pytest.mark.slow
 def test_a_toy_engine_is_one_module_plus_its_registry_line(
     monkeypatch, tmp_path, kimi_dir, rendered_prompts
 ):
