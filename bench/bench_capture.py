@@ -31,7 +31,7 @@ import aiohttp
 import orjson
 from peers import vllm_offline, vllm_python
 
-from eyas.capture.backends import plugin_env, vllm_capture_args
+from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
 from eyas.capture.run import capture_layers, run_capture
 from eyas.config import CaptureConfig
 from eyas.render import Renderer

@@ -31,7 +31,7 @@ def test_convert(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n')
     assert_user_error(
         run("convert", "--format", "nope", tmp_path / "a.jsonl", tmp_path / "o.jsonl"),
-        "'nope' is not one of",
+        "unknown source format 'nope'",
     )
 
 
@@ -65,7 +65,7 @@ def test_render(tmp_path, kimi_dir):
     )
     assert_user_error(
         run("render", "--model", kimi_dir, "--profile", "kimi-k9", conv, tmp_path / "r.jsonl"),
-        "'kimi-k9' is not one of",
+        "unknown profile 'kimi-k9'",
     )
 
 

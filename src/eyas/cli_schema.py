@@ -132,16 +132,27 @@ def _help(field: FieldInfo, spec: Flag | Arg) -> str:
     else:
         default = field.get_default(call_default_factory=True)
         shown = "" if default is None or default == [] else f"; default {default}"
-    text = f"{spec.help or field.description or ''} [{spec.key}{shown}]".strip()
+    described = spec.help or field.description or ""
+    if _registry_choices(field):
+        described += f" (one of: {', '.join(choices_of(field) or ())})"
+    text = f"{described} [{spec.key}{shown}]".strip()
     return escape(text)  # typer renders help as rich markup, where [..] would be a style tag
 
 
+def _registry_choices(field: FieldInfo) -> bool:
+    return any(isinstance(meta, Choices) for meta in field.metadata)
+
+
 def _annotation(field: FieldInfo) -> Any:
-    """The command-line type of a field's value (before pydantic validates it)."""
+    """The command-line type of a field's value (before pydantic validates it). A registry's
+    choices are checked by the schema when the command runs, against the registry as it is
+    then (an engine or format registered after this module was imported still counts)."""
+    annotation = _unwrap_optional(field.annotation)
+    if _registry_choices(field):
+        return str
     choices = choices_of(field)
     if choices is not None:
         return Literal[choices]  # type: ignore[valid-type]
-    annotation = _unwrap_optional(field.annotation)
     if annotation is bool:
         return bool
     if typing.get_origin(annotation) is list:

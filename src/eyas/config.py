@@ -40,11 +40,15 @@ class Choices:
 
     names: Callable[[], Iterable[str]]
     what: str
+    # a registry's own check, for a message that says more than "unknown" (raises ValueError)
+    check: Callable[[Any], Any] | None = None
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
 
     def _check(self, value: Any) -> Any:
+        if value is not None and self.check is not None:
+            return self.check(value)
         if value is not None and value not in (names := list(self.names())):
             raise ValueError(f"unknown {self.what} {value!r}; choose one of {names}")
         return value
@@ -114,22 +118,51 @@ class RetryConfig(_Strict):
     )
 
 
-DEFAULT_CONCURRENCY = {"vllm": 256, "openai_chat": 256, "sglang": 64, "local": 16}
+def _engines(operation: str) -> Choices:
+    def names() -> list[str]:
+        from eyas.backends.registry import engines_offering
+
+        return engines_offering(operation)
+
+    def check(value: str) -> str:
+        from eyas.backends.registry import check_engine
+
+        return check_engine(value, operation)
+
+    return Choices(names, "engine", check)
+
+
+# an engine of eyas.backends.registry that can generate / capture hidden states (checked
+# against the registry when the config is built, so an engine registered later counts)
+GenerateEngine = Annotated[str, _engines("generate")]
+CaptureEngine = Annotated[str, _engines("capture")]
 
 
 class BackendConfig(_Strict):
-    kind: Literal["sglang", "vllm", "openai_chat", "local"] = Field(
-        "local", description="where generation runs"
+    kind: GenerateEngine = Field(
+        "local",
+        description="where generation runs: sglang, vllm, openai_chat or local (the engines "
+        "of eyas.backends.registry)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
     concurrency: int | None = Field(
         None,
         ge=1,
-        description="in-flight requests per server (default: vllm and openai_chat 256, sglang "
-        "64 calls of batch_size prompts, local 16 prompts per batch)",
+        description="most requests in flight per server (default per engine: vllm and "
+        "openai_chat 256, sglang 64 prompts sent in calls of batch_size, local 16 per batch)",
+    )
+    adaptive_concurrency: bool = Field(
+        True,
+        description="start low and raise the in-flight limit only while the server's measured "
+        "throughput grows (never above concurrency); off: always concurrency",
     )
     batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
-    timeout_s: float = Field(600.0, gt=0, description="seconds per request")
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="seconds a request may wait without its server showing progress (a queued "
+        "or long request on a working server is never resubmitted)",
+    )
     ready_timeout_s: float = Field(600.0, ge=0, description="seconds to wait for the servers")
     retry: RetryConfig = Field(default_factory=RetryConfig)
     vllm_endpoint: Literal["completions", "generate"] = "completions"
@@ -141,20 +174,24 @@ class BackendConfig(_Strict):
     @field_validator("urls")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
-        for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) URL")
-        return urls
+        return _check_urls(urls)
 
     @model_validator(mode="after")
     def _urls_for_http(self) -> BackendConfig:
-        if self.kind != "local" and not self.urls:
+        from eyas.backends.registry import ENGINES, backend_class
+
+        if backend_class(self.kind).remote and not self.urls:
             raise ValueError(f"backend.kind={self.kind!r} needs at least one url")
         if self.concurrency is None:
-            # Enough in flight that the server's scheduler batches fully (vLLM runs up to 256
-            # sequences by default; measured on CPU: 512 in flight 1.7x faster than 64).
-            self.concurrency = DEFAULT_CONCURRENCY[self.kind]
+            self.concurrency = ENGINES[self.kind].default_concurrency
         return self
+
+
+def _check_urls(urls: list[str]) -> list[str]:
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} is not an http(s) URL")
+    return urls
 
 
 class DatasetConfig(_Strict):
@@ -267,11 +304,14 @@ class TrainConfig(_Strict):
         description="stream: capture this many shards ahead of training into a bounded spool "
         "under OUT (needs --data and a capture backend); 0 trains on --hidden-states or online",
     )
-    capture_backend: Literal["local", "vllm"] = Field(
-        "local", description="with --capture-ahead: where the states are captured"
+    capture_backend: CaptureEngine = Field(
+        "local", description="with --capture-ahead: where the states are captured (local, vllm)"
     )
     capture_urls: list[str] = Field(
         default_factory=list, description="with --capture-ahead: vLLM capture server URLs"
+    )
+    capture_concurrency: int = Field(
+        8, ge=1, description="with --capture-ahead: most capture requests in flight per server"
     )
     out: Path = Field(description="output directory")
     steps: int = Field(1000, ge=1, description="optimizer steps")
@@ -334,7 +374,7 @@ class CaptureConfig(_Strict):
     target: Path = Field(description="target model directory")
     data: Path = Field(description="generate stage dir, Parquet or sample JSONL")
     out: Path = Field(description="capture output directory (shards + manifest)")
-    backend: Literal["local", "vllm"] = Field("local", description="where the target runs")
+    backend: CaptureEngine = Field("local", description="where the target runs")
     urls: list[str] = Field(default_factory=list, description="vLLM capture server URL(s)")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts and stops a local server"
@@ -349,10 +389,22 @@ class CaptureConfig(_Strict):
     )
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="stored state dtype")
     shard_size: int = Field(64, ge=1, description="samples per committed shard")
-    concurrency: int = Field(8, ge=1, description="in-flight requests per server")
-    timeout_s: float = Field(600.0, gt=0)
+    concurrency: int = Field(8, ge=1, description="most requests in flight per server")
+    adaptive_concurrency: bool = Field(
+        True, description="raise the in-flight limit only while the throughput grows"
+    )
+    timeout_s: float = Field(
+        600.0, gt=0, description="seconds a request may wait without its server showing progress"
+    )
     ready_timeout_s: float = Field(300.0, ge=0)
     max_attempts: int = Field(4, ge=1)
+    backoff_s: float = Field(1.0, ge=0, description="first retry pause (doubles per attempt)")
+    max_consecutive_failures: int = Field(
+        64,
+        ge=0,
+        description="stop (resumably) after this many samples in a row fail on transient "
+        "errors; 0 never stops",
+    )
     max_len: int | None = Field(None, ge=8, description="skip longer sequences (recorded)")
     include_truncated: bool = False
     quarantine: Path | None = None
@@ -410,11 +462,20 @@ class EvalConfig(_Strict):
     max_new_tokens: int = Field(256, ge=1)
     limit: int | None = Field(None, ge=1, description="prompts per dataset")
     baseline: bool = Field(False, description="served: also run without the drafter (speedup)")
+    baseline_urls: list[str] = Field(
+        default_factory=list,
+        description="served: the same engine serving the target without a drafter (the "
+        "lossless check and the speedup compare against it)",
+    )
     lossless_check: bool = Field(
         True,
         description="at temperature 0, compare the outputs with the target's greedy decoding "
-        "(served: the baseline run, else the target loaded here)",
+        "(served: with a baseline server run twice, never a model loaded here; off without one)",
     )
+    timeout_s: float = Field(
+        600.0, gt=0, description="served: seconds a request may wait without server progress"
+    )
+    retry: RetryConfig = Field(default_factory=RetryConfig)
     seed: int = 0
     json_out: Path | None = Field(None, description="write the result as JSON")
     html_out: Path | None = Field(None, description="write the result as an HTML report")
@@ -428,6 +489,11 @@ class EvalConfig(_Strict):
         if isinstance(v, list):
             return [b.strip() for item in v for b in str(item).split(",") if b.strip()]
         return v
+
+    @field_validator("urls", "baseline_urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        return _check_urls(urls)
 
     @model_validator(mode="after")
     def _tree(self) -> EvalConfig:

@@ -1,5 +1,7 @@
 """Served evaluation: SGLang's per-request EAGLE counters (against the fake, which reports
-them as SGLang does) and vLLM's Prometheus counters."""
+them as SGLang does) and vLLM's Prometheus counters (the fake vLLM exports them under vLLM's
+names); the target is never loaded in process, and the lossless check compares with a
+baseline server run twice."""
 
 import json
 
@@ -8,9 +10,9 @@ from typer.testing import CliRunner
 
 from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.cli import app
-from eyas.evaluate.served import served_metrics
+from eyas.evaluate.served import first_divergence, lossless_report, served_metrics
 from eyas.testing.fake_sglang import FakeSGLang
-from eyas.testing.server import fake_sglang_server
+from eyas.testing.server import fake_sglang_server, fake_vllm_server
 
 # The exposition vLLM 0.32 serves on /metrics for EAGLE-3 (counters with `_total`).
 EXPOSITION = """\
@@ -90,3 +92,114 @@ def test_sglang_eval_reads_verify_counts(tmp_path, toy_tiny, toy_samples):
     assert set(out["datasets"]) == {
         json.loads(x)["dataset"] for x in toy_samples.read_text().splitlines()
     }
+
+
+# -- served evaluation never loads the target; the lossless check against a baseline server --
+
+
+@pytest.fixture
+def no_target_in_process(monkeypatch):
+    """Loading the target model in this process fails the test."""
+
+    def refuse(*a, **k):
+        raise AssertionError("served evaluation loaded the target in process")
+
+    monkeypatch.setattr("eyas.hf_models.load_frozen_lm", refuse)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
+
+
+def served_eval(tmp_path, toy_tiny, toy_samples, backend, url, *extra):
+    out = tmp_path / f"{backend}-{len(list(tmp_path.glob('*.json')))}.json"
+    args = ["eval", "--target", toy_tiny, "--drafter", tmp_path, "--input", toy_samples]
+    args += ["--backend", backend, "--url", url, "--k", "3", "--max-new-tokens", "40"]
+    res = CliRunner().invoke(app, [str(a) for a in [*args, *extra, "--json", out]])
+    return res, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_one_token_answers_do_not_abort_sglang_eval_and_no_baseline_means_no_check(
+    tmp_path, toy_tiny, toy_samples, no_target_in_process
+):
+    """SGLang writes `spec_verify_ct` only when a request had a verify step
+    (`fill_spec_decoding_meta`): every third prompt here answers with one token, and its
+    response carries no count."""
+    with fake_sglang_server("--spec-steps", "3", "--short-every", "3") as url:
+        res, out = served_eval(tmp_path, toy_tiny, toy_samples, "sglang", url)
+    assert res.exit_code == 0, res.output
+    import zlib
+
+    import orjson
+
+    prompts = [json.loads(x)["prompt_ids"] for x in toy_samples.read_text().splitlines()]
+    short = sum(zlib.crc32(orjson.dumps(p)) % 3 == 0 for p in prompts)
+    assert 0 < short < len(prompts)
+    assert out["verify_steps"] > 0 and out["settings"]["prompts"] == len(prompts)
+    assert out["lossless"] is None and out["lossless_check"]["note"].startswith("off: no baseline")
+
+
+def test_sglang_lossless_check_runs_against_a_baseline_server_twice(
+    tmp_path, toy_tiny, toy_samples, no_target_in_process
+):
+    with fake_sglang_server("--spec-steps", "3") as spec, fake_sglang_server() as base:
+        res, out = served_eval(
+            tmp_path, toy_tiny, toy_samples, "sglang", spec, "--baseline-url", base
+        )
+    assert res.exit_code == 0, res.output
+    check = out["lossless_check"]
+    assert out["lossless"] is True and check["prompts"] == out["settings"]["prompts"]
+    assert check["prompts_diverged"] == check["baseline_prompts_diverged"] == 0
+    assert check["match_rate"] == 1.0
+    assert all(p["first_divergence"] is None for p in check["per_prompt"])
+
+
+def test_vllm_eval_with_urls_reads_counters_and_checks_against_the_baseline(
+    tmp_path, toy_tiny, toy_samples, no_target_in_process
+):
+    with fake_vllm_server("--spec-k", "3") as spec, fake_vllm_server() as base:
+        res, out = served_eval(
+            tmp_path, toy_tiny, toy_samples, "vllm", spec, "--baseline-url", base
+        )
+    assert res.exit_code == 0, res.output
+    assert out["lossless"] is True and out["verify_steps"] > 0
+    assert sum(out["histogram"]) == out["verify_steps"]
+    assert 1.0 <= out["acceptance_length"] <= 4.0
+    assert out["throughput"]["speedup"] > 0
+
+
+def test_a_vllm_server_without_a_drafter_is_an_error_not_zero(
+    tmp_path, toy_tiny, toy_samples, no_target_in_process
+):
+    with fake_vllm_server() as plain:
+        res, out = served_eval(tmp_path, toy_tiny, toy_samples, "vllm", plain)
+    assert res.exit_code == 2 and "[no_speculation]" in res.output and out is None
+
+
+def test_outputs_that_diverge_from_the_baseline_fail_the_check(
+    tmp_path, toy_tiny, toy_samples, no_target_in_process
+):
+    corrupt = fake_vllm_server("--spec-k", "3", "--corrupt-every", "2")
+    with corrupt as spec, fake_vllm_server() as base:
+        res, out = served_eval(
+            tmp_path, toy_tiny, toy_samples, "vllm", spec, "--baseline-url", base
+        )
+    assert res.exit_code == 1 and "NOT LOSSLESS" in res.output
+    check = out["lossless_check"]
+    assert out["lossless"] is False and check["baseline_prompts_diverged"] == 0
+    diverged = [p for p in check["per_prompt"] if p["first_divergence"] is not None]
+    assert diverged and {p["first_divergence"] for p in diverged} == {2}
+    assert sorted(out["lossless_mismatches"]) == sorted(p["id"] for p in diverged)
+
+
+def test_divergence_fails_only_beyond_what_the_baseline_shows_between_its_own_runs():
+    base = {"a": [1, 2, 3, 4], "b": [5, 6, 7], "c": [8, 9], "d": [1, 1]}
+    again = {**base, "a": [1, 2, 9, 9], "b": [5, 6, 0]}  # GPU-like: two prompts differ
+    spec = {**base, "c": [8, 7], "d": [1, 1, 1]}  # two others differ
+    report = lossless_report(list(base), spec, base, again)
+    assert report["lossless"] is True
+    check = report["check"]
+    assert (check["prompts_diverged"], check["baseline_prompts_diverged"]) == (2, 2)
+    per = {p["id"]: p for p in check["per_prompt"]}
+    assert per["c"]["first_divergence"] == 1 and per["c"]["token_match_rate"] == 0.5
+    assert per["d"]["first_divergence"] == 2 and per["a"]["baseline_first_divergence"] == 2
+    worse = lossless_report(list(base), {**spec, "a": [0]}, base, again)
+    assert worse["lossless"] is False and sorted(worse["mismatches"]) == ["a", "c", "d"]
+    assert first_divergence([1, 2], [1, 2]) is None and first_divergence([1], [1, 2]) == 1

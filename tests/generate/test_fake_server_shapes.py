@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eyas.testing.fake_sglang import chat_prompt_ids
-from eyas.testing.server import fake_sglang_server
+from eyas.testing.server import fake_sglang_server, fake_vllm_server
 
 REFERENCE = Path(__file__).parent.parent / "reference"
 
@@ -45,6 +45,21 @@ def test_generate_matches_the_captured_sglang_response():
     assert _shape(fake) == _shape(real)
     assert fake["meta_info"]["finish_reason"] == {"type": "length", "length": 16}
     assert len(fake["output_ids"]) == fake["meta_info"]["completion_tokens"] == 16
+
+
+def test_completions_match_the_captured_vllm_response(tmp_path):
+    real = json.loads((REFERENCE / "vllm-completions-response.json").read_text())
+    prompt = real["choices"][0]["prompt_token_ids"]
+    payload = {"model": "m", "prompt": prompt, "max_tokens": 16, "return_token_ids": True}
+    with fake_vllm_server("--fixed-len", "40") as url:
+        fake = _post(url + "/v1/completions", payload)
+    real_shape, fake_shape = _shape(real), _shape(fake)
+    # the real request asked for logprobs (`logprobs: 1`); eyas never does
+    real_shape["choices"][0]["logprobs"] = fake_shape["choices"][0]["logprobs"]
+    assert fake_shape == real_shape
+    choice = fake["choices"][0]
+    assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 16
+    assert choice["prompt_token_ids"] == prompt and fake["usage"]["completion_tokens"] == 16
 
 
 @pytest.mark.parametrize("want_ids", [True, False])

@@ -323,7 +323,7 @@ def test_a_dead_server_stops_the_run_resumably_instead_of_failing_every_row(
     assert "servers_failing" in res.output
     manifest = json.loads((tmp_path / "gen" / "manifest.json").read_text())
     assert not manifest["complete"]
-    assert manifest["stopped_reason"].startswith("servers_failing: 5 jobs in a row")
+    assert manifest["stopped_reason"].startswith("servers_failing: 5 requests in a row")
     errors = (tmp_path / "gen" / "errors.jsonl").read_text().splitlines()
     assert 5 <= len(errors) <= 5 + 2  # the breaker plus what was in flight
     assert len(ids) > 20 and not committed_ids(tmp_path / "gen")

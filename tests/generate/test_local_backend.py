@@ -52,31 +52,13 @@ def test_other_failures_fail_their_requests_as_backend_errors(monkeypatch):
 
 @pytest.mark.parametrize("trust", [False, True])
 def test_trust_remote_code_reaches_every_loader_only_when_given(monkeypatch, tmp_path, trust):
-    from eyas.backends.factory import build_backends
-    from eyas.config import BackendConfig
+    from eyas.backends.base import BackendSettings
+    from eyas.backends.registry import build_backends
 
     seen = []
     monkeypatch.setattr(local, "load_frozen_lm", lambda d, dev, dt, t=False: seen.append(t))
-
-    class R:
-        tokenizer = type("T", (), {"pad_token_id": 0})()
-
-        def stop_token_ids(self):
-            return [2]
-
-    build_backends(BackendConfig(kind="local"), R(), tmp_path, None, trust)
-    import eyas.capture.backends as capture
-
-    monkeypatch.setattr(
-        "eyas.hf_models.load_frozen_lm", lambda d, dev, dt, t=False: seen.append(t) or _Model()
-    )
-    capture.LocalCapture(tmp_path, [1, 2, 3, 4], trust)
+    # generation and capture build the same in-process backend from their settings
+    build_backends("local", BackendSettings(model_dir=tmp_path, trust_remote_code=trust), [])
+    settings = BackendSettings(model_dir=tmp_path, trust_remote_code=trust, capture_layers=[1])
+    build_backends("local", settings, [])
     assert seen == [trust, trust]
-
-
-class _Model:
-    def get_decoder(self):
-        class D:
-            norm = type("N", (), {"register_forward_pre_hook": lambda self, f: None})()
-
-        return D()

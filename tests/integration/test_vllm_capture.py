@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from eyas.capture.backends import LocalCapture
+from eyas.backends.local import LocalBackend
 from eyas.cli import app
 from eyas.store.captures import StateReader, read_capture_index
 
@@ -41,7 +41,7 @@ def test_vllm_capture_equals_transformers_and_trains(tmp_path, vllm_python, toy_
     expected = [json.loads(line) for line in toy_samples.read_text().splitlines()]
     assert sorted(r.id for r in rows) == sorted(s["id"] for s in expected)
     assert not list((out / ".incoming").glob("*.safetensors"))  # moved into shards
-    local = LocalCapture(toy_tiny, manifest["layers"])
+    local = LocalBackend(toy_tiny, [], 0, device="cpu", capture_layers=manifest["layers"])
     reader = StateReader()
     worst = 0.0
     for row in rows[:12]:

@@ -1,12 +1,34 @@
-"""The one backend interface: `generate(request) -> Generation`, async (docs/architecture.md)."""
+"""What a backend is: one object per engine server (or the in-process model) offering the
+operations eyas needs (docs/architecture.md):
+
+- `ready(timeout_s) -> dict`: wait until it serves, and say what it is (server info);
+- `generate(request) -> Generation`: exact ids in, exact ids out;
+- `capture(request_id, ids) -> Tensor`: the target's hidden states [T, L, H] (vLLM, local);
+- `spec_metrics() -> dict`: the engine's speculative-decoding counters (vLLM);
+- `progress() -> Progress | None`: the server's own account of its work, which tells a
+  queued or slow request from a dead server (see `eyas.backends.policy`);
+- `close()`.
+
+`operations` names the ones a backend offers; the registry (`eyas.backends.registry`) refuses
+a stage whose engine lacks its operation. Requests go through `eyas.backends.policy.ServerPool`,
+the one client policy (in-flight limits, routing, retries, timeouts, circuit breaker).
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 import aiohttp
+
+from eyas.backends.reasons import (
+    TRANSPORT_ERRORS,
+    BackendError,
+    http_error,
+    transport_error,
+)
 
 
 @dataclass(kw_only=True)
@@ -30,38 +52,49 @@ class Generation:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-class BackendError(Exception):
-    """A failed request. `reason` is a stable snake_case code; `retryable` drives the retry
-    policy (connection errors, timeouts, 408/429/5xx, aborts, malformed bodies)."""
+@dataclass(frozen=True)
+class Progress:
+    """One look at a server's own progress. `work` is a counter that grows while the engine
+    computes (tokens processed; None where the server exports none); `busy` is whether it says
+    it holds requests (None where unknown). A server whose health check itself proves recent
+    work (SGLang's `/health` runs through the scheduler) reports `alive=True` and no counter."""
 
-    def __init__(self, reason: str, detail: str, retryable: bool, status: int | None = None):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-        self.retryable = retryable
-        self.status = status
-
-
-def http_error(status: int, body: bytes) -> BackendError:
-    detail = body[:300].decode("utf-8", "replace")
-    if status == 408:
-        return BackendError("server_timeout", detail, True, status)
-    if status == 429:
-        return BackendError("rate_limited", detail, True, status)
-    if status >= 500:
-        return BackendError("server_error", detail, True, status)
-    if status == 400:
-        return BackendError("bad_request", detail, False, status)
-    return BackendError(f"http_{status}", detail, False, status)
+    alive: bool
+    work: float | None = None
+    busy: bool | None = None
 
 
-def transport_error(exc: BaseException) -> BackendError:
-    if isinstance(exc, asyncio.TimeoutError):
-        return BackendError("timeout", "no response within the request timeout", True)
-    return BackendError("connection_error", f"{type(exc).__name__}: {exc}", True)
+@dataclass(kw_only=True)
+class BackendSettings:
+    """Everything any engine's backend is built from; each takes what it needs."""
+
+    stop_token_ids: list[int] = field(default_factory=list)
+    api_key: str | None = None
+    batch_size: int = 1  # sglang: prompts per /generate call
+    vllm_endpoint: str = "completions"  # completions | generate
+    served_model: str | None = None
+    model_dir: Path | None = None  # in-process engines
+    pad_token_id: int = 0
+    trust_remote_code: bool = False
+    device: str | None = None  # in-process: default cuda when available
+    capture_layers: list[int] | None = None  # HF hidden_states indices, the last pre-norm
+    encode_reply: Any = None  # openai_chat: reply message -> ids (the lossy step)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+class Backend(Protocol):
+    name: ClassVar[str]
+    lossy: ClassVar[bool]
+    remote: ClassVar[bool]  # served over HTTP: one backend per URL
+    operations: ClassVar[frozenset[str]]
+    url: str
+
+    async def ready(self, timeout_s: float) -> dict[str, Any]: ...
+
+    async def progress(self) -> Progress | None: ...
+
+    async def close(self) -> None: ...
+
 
 # Sampling parameters both servers accept under these names (bug class #13: real names only).
 SAMPLING_KEYS = (
@@ -73,6 +106,12 @@ SAMPLING_KEYS = (
     "frequency_penalty",
     "presence_penalty",
 )
+
+# No total timeout on a request: the pool's watchdog ends a request only when the server
+# shows no progress (eyas.backends.policy). Connecting still times out, so an unreachable
+# host is a connection error at once.
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30)
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 def sampling_params(sampling: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +131,7 @@ async def post_bytes(
     url: str,
     payload: bytes,
     headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
+    timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
 ) -> bytes:
     """POST and return the body of a 200; anything else becomes a classified BackendError."""
     try:
@@ -106,16 +145,15 @@ async def post_bytes(
     return body
 
 
-class Backend(Protocol):
-    name: str
-    url: str
-    lossy: bool
-
-    async def generate(self, request: GenRequest) -> Generation: ...
-
-    async def ready(self, timeout_s: float) -> dict[str, Any]: ...
-
-    async def close(self) -> None: ...
+async def get_text(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """GET with the probe timeout: (status, body); transport failures raise BackendError."""
+    try:
+        async with session.get(url, headers=headers, timeout=PROBE_TIMEOUT) as resp:
+            return resp.status, await resp.text()
+    except TRANSPORT_ERRORS as exc:
+        raise transport_error(exc) from exc
 
 
 async def wait_http_ready(
@@ -135,5 +173,19 @@ async def wait_http_ready(
             except TRANSPORT_ERRORS as exc:
                 last = f"{path}: {type(exc).__name__}"
         if loop.time() > deadline:
-            raise BackendError("server_not_ready", f"{url}: {last} after {timeout_s:.0f}s", False)
+            raise BackendError("server_not_ready", f"{url}: {last} after {timeout_s:.0f}s")
         await asyncio.sleep(0.5)
+
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendSettings",
+    "GenRequest",
+    "Generation",
+    "Progress",
+    "json_headers",
+    "post_bytes",
+    "sampling_params",
+    "wait_http_ready",
+]

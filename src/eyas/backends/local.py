@@ -1,17 +1,21 @@
-"""In-process transformers generation, batched: the embedded default (docs/architecture.md).
+"""In-process transformers: batched generation (the embedded default) and hidden-state
+capture (docs/architecture.md).
 
 Requests arriving concurrently are grouped into batches by (max_new_tokens, sampling) and run
-in a worker thread, so the event loop keeps serving while the model computes.
+in a worker thread, so the event loop keeps serving while the model computes. Capture runs one
+sequence at a time in a worker thread; the final layer is taken before the final norm (a hook
+on the norm's input), as the engines do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from eyas.backends.base import BackendError, Generation, GenRequest
+from eyas.backends.base import BackendError, BackendSettings, Generation, GenRequest, Progress
 from eyas.backends.hf_generate import generate_batch
 from eyas.hf_models import load_frozen_lm
 
@@ -19,6 +23,8 @@ from eyas.hf_models import load_frozen_lm
 class LocalBackend:
     name = "local"
     lossy = False
+    remote = False
+    operations = frozenset({"generate", "capture"})
 
     def __init__(
         self,
@@ -28,6 +34,7 @@ class LocalBackend:
         batch_size: int = 16,
         device: str | None = None,
         trust_remote_code: bool = False,
+        capture_layers: list[int] | None = None,
     ):
         import torch
 
@@ -38,8 +45,25 @@ class LocalBackend:
         self.stop_token_ids = stop_token_ids
         self.pad_token_id = pad_token_id
         self.batch_size = batch_size
+        self.capture_layers = capture_layers
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
+        self._forward_lock = threading.Lock()
+        self._pre_norm: list | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BackendSettings, *, url, session) -> LocalBackend:
+        if settings.model_dir is None:
+            raise ValueError("the local engine needs settings.model_dir")
+        return cls(
+            settings.model_dir,
+            settings.stop_token_ids,
+            settings.pad_token_id,
+            settings.batch_size,
+            settings.device,
+            settings.trust_remote_code,
+            settings.capture_layers,
+        )
 
     async def _run(self) -> None:
         assert self._queue is not None
@@ -84,7 +108,6 @@ class LocalBackend:
             error = BackendError(
                 "local_out_of_memory" if _out_of_memory(exc) else "local_error",
                 f"{type(exc).__name__}: {exc}",
-                retryable=False,
             )
             for _, fut in items:
                 if not fut.done():
@@ -115,6 +138,39 @@ class LocalBackend:
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put((request, fut))
         return await fut
+
+    def _forward(self, ids: list[int]):
+        """[T, L, H] states of `capture_layers` for one sequence (HF `hidden_states` indices;
+        the number of layers means the last layer's output before the final norm)."""
+        import torch
+
+        with self._forward_lock, torch.no_grad():
+            decoder = self.model.get_decoder()
+            if self._pre_norm is None:
+                self._pre_norm = []
+                decoder.norm.register_forward_pre_hook(
+                    lambda _m, args: self._pre_norm.append(args[0])
+                )
+            self._pre_norm.clear()
+            out = decoder(
+                input_ids=torch.tensor([ids], device=self.device),
+                output_hidden_states=True,
+                use_cache=False,
+            )
+            last = len(out.hidden_states) - 1
+            states = [
+                self._pre_norm[0] if i == last else out.hidden_states[i]
+                for i in self.capture_layers or []
+            ]
+            return torch.stack([s[0] for s in states], 1).cpu()  # [T, L, H]
+
+    async def capture(self, request_id: str, ids: list[int]):
+        if not self.capture_layers:
+            raise ValueError("the local engine captures only with settings.capture_layers")
+        return await asyncio.to_thread(self._forward, ids)
+
+    async def progress(self) -> Progress:
+        return Progress(alive=True)  # the model runs in this process: waiting is working
 
     async def ready(self, timeout_s: float) -> dict[str, Any]:
         return {"url": self.url, "device": self.device, "batch_size": self.batch_size}

@@ -17,6 +17,7 @@ import orjson
 
 from eyas.backends.base import (
     BackendError,
+    BackendSettings,
     Generation,
     GenRequest,
     json_headers,
@@ -28,6 +29,8 @@ from eyas.backends.base import (
 class OpenAIChatBackend:
     name = "openai_chat"
     lossy = True
+    remote = True
+    operations = frozenset({"generate"})
 
     def __init__(
         self,
@@ -35,7 +38,6 @@ class OpenAIChatBackend:
         session: aiohttp.ClientSession,
         encode_reply: Callable[[dict], list[int]],
         model: str | None = None,
-        timeout_s: float = 600.0,
         api_key: str | None = None,
         template_kwargs: dict | None = None,
     ):
@@ -43,9 +45,21 @@ class OpenAIChatBackend:
         self.session = session
         self.encode_reply = encode_reply
         self.model = model
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.template_kwargs = template_kwargs or {}
         self.headers = json_headers(api_key)
+
+    @classmethod
+    def from_settings(cls, settings: BackendSettings, *, url, session) -> OpenAIChatBackend:
+        if settings.encode_reply is None:
+            raise ValueError("the openai_chat engine needs settings.encode_reply")
+        return cls(
+            url,
+            session,
+            settings.encode_reply,
+            settings.served_model,
+            settings.api_key,
+            settings.template_kwargs,
+        )
 
     async def generate(self, request: GenRequest) -> Generation:
         payload: dict[str, Any] = {
@@ -64,13 +78,12 @@ class OpenAIChatBackend:
             self.url + "/v1/chat/completions",
             orjson.dumps(payload),
             self.headers,
-            self.timeout,
         )
         try:
             choice = orjson.loads(body)["choices"][0]
             message = choice["message"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise BackendError("malformed_response", repr(body[:200]), True) from exc
+            raise BackendError("malformed_response", repr(body[:200])) from exc
         reason = choice.get("finish_reason")
         reason = "length" if reason == "length" else "stop"
         ids = self.encode_reply(message)  # re-tokenized: the lossy step
@@ -81,6 +94,9 @@ class OpenAIChatBackend:
     async def ready(self, timeout_s: float) -> dict[str, Any]:
         await wait_http_ready(self.session, self.url, ("/health", "/v1/models"), timeout_s)
         return {"url": self.url, "model": self.model, "lossy": True}
+
+    async def progress(self) -> None:
+        return None  # an unknown server: its answers are the only evidence of progress
 
     async def close(self) -> None:
         return None

@@ -10,16 +10,18 @@ serves it.
 Each trainable sample (the store's rule, quarantine honoured) is prefilled once as
 `prompt_ids + output_ids`; the aux layers and the last layer are stored in safetensors shards
 (`eyas.store.captures`). Like generate it resumes by id (rerun the same command), commits
-shards atomically, retries transport and 5xx failures and records permanent ones with their
-reason in `errors.jsonl`, and bounds in-flight requests. Before starting it prints bytes per
-token x tokens, and refuses when the output filesystem lacks the space (unless `--force`).
+shards atomically, and sends its requests through the one client policy
+(`eyas.backends.policy`): adaptive in-flight limits, progress-aware timeouts, retries by reason
+code (a torn capture file is read again, then retried), permanent failures recorded with their
+reason in `errors.jsonl`, and the circuit breaker, which stops the run resumably (exit 1).
+Before starting it prints bytes per token x tokens, and refuses when the output filesystem
+lacks the space (unless `--force`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import shutil
 import time
 from collections.abc import Callable
@@ -30,7 +32,9 @@ import orjson
 import torch
 
 from eyas import __version__
-from eyas.backends.base import BackendError
+from eyas.backends.base import BackendSettings
+from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
+from eyas.backends.registry import backend_class, open_pool
 from eyas.config import CaptureConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.generate.engine import Stats
@@ -72,93 +76,93 @@ def _check_space(out: Path, needed: int, force: bool, log: Callable[[str], None]
         )
 
 
+def capture_settings(target: Path, layers: list[int], trust_remote_code: bool) -> BackendSettings:
+    """What a capturing engine's backend needs (in process: CPU, float32, as online)."""
+    return BackendSettings(
+        model_dir=Path(target),
+        capture_layers=layers,
+        trust_remote_code=trust_remote_code,
+        device="cpu",
+    )
+
+
+async def capture_one(pool: ServerPool, sample_id: str, ids: list[int], layers: list[int]):
+    """[T, L, H] states of one sequence through the pool (RequestFailed when it gives up)."""
+    states, attempts = await pool.call(lambda b: b.capture(sample_id, ids), work=lambda _: len(ids))
+    if states.shape[1] != len(layers) or states.shape[0] != len(ids):
+        raise EyasError(
+            "bad_capture",
+            f"{sample_id}: states {tuple(states.shape)} for {len(ids)} tokens and "
+            f"{len(layers)} layers",
+        )
+    return states, attempts
+
+
 @contextlib.asynccontextmanager
-async def _backend(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
-    """The configured capture backend (starting a local vLLM server when asked)."""
-    if cfg.backend == "local":
-        from eyas.capture.backends import LocalCapture
-
-        yield [LocalCapture(cfg.target, layers, cfg.trust_remote_code)]
+async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
+    """The configured capture engine's pool (starting a local vLLM server when asked)."""
+    policy = ClientPolicy(
+        concurrency=cfg.concurrency,
+        adaptive=cfg.adaptive_concurrency and backend_class(cfg.backend).remote,
+        timeout_s=cfg.timeout_s,
+        max_attempts=cfg.max_attempts,
+        backoff_s=cfg.backoff_s,
+        max_consecutive_failures=cfg.max_consecutive_failures,
+        ready_timeout_s=cfg.ready_timeout_s,
+    )
+    settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
+    if cfg.backend != "vllm" or cfg.urls:
+        async with open_pool(cfg.backend, settings, cfg.urls, policy, operation="capture") as pool:
+            yield pool
         return
-    import aiohttp
+    from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
+    from eyas.serving.vllm import vllm_server
 
-    from eyas.capture.backends import VLLMCapture, plugin_env, vllm_capture_args
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        if cfg.urls:
-            yield [VLLMCapture(u, session, cfg.timeout_s) for u in cfg.urls]
-            return
-        from eyas.serving.vllm import vllm_server
-
-        storage = cfg.storage_dir or (cfg.out / ".incoming")
-        storage.mkdir(parents=True, exist_ok=True)
-        max_len = target.context_length
-        args = [
-            "--dtype",
-            "float32" if cfg.dtype == "float32" else "auto",
-            "--enforce-eager",
-            *vllm_capture_args(layers, storage, max_len),
-        ]
-        log(f"starting a vLLM capture server ({cfg.vllm_python})")
-        with vllm_server(
-            cfg.vllm_python,
-            cfg.target,
-            args=args,
-            env=plugin_env(),
-            log_path=cfg.out / "vllm-server.log",
-            ready_timeout_s=cfg.ready_timeout_s,
-        ) as url:
-            yield [VLLMCapture(url, session, cfg.timeout_s)]
+    storage = cfg.storage_dir or (cfg.out / ".incoming")
+    storage.mkdir(parents=True, exist_ok=True)
+    args = [
+        "--dtype",
+        "float32" if cfg.dtype == "float32" else "auto",
+        "--enforce-eager",
+        *vllm_capture_args(layers, storage, target.context_length),
+    ]
+    log(f"starting a vLLM capture server ({cfg.vllm_python})")
+    with vllm_server(
+        cfg.vllm_python,
+        cfg.target,
+        args=args,
+        env=plugin_env(),
+        log_path=cfg.out / "vllm-server.log",
+        ready_timeout_s=cfg.ready_timeout_s,
+    ) as url:
+        async with open_pool("vllm", settings, [url], policy, operation="capture") as pool:
+            yield pool
 
 
 async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dict[str, Any]:
     dtype = DTYPES[cfg.dtype]
     writer = CaptureWriter(cfg.out, cfg.shard_size, dtype)
     stats = Stats(total=len(jobs))
-    rng = random.Random()
-    servers: list[dict] = []
     write_lock = asyncio.Lock()
-    async with _backend(cfg, layers, target, log) as backends:
-        for b in backends:
-            try:
-                servers.append(await b.ready(cfg.ready_timeout_s))
-            except BackendError as exc:
-                raise RefusedError(exc.reason, exc.detail) from exc
+    async with _pool(cfg, layers, target, log) as pool:
         queue = iter(jobs)
-        outstanding = [0] * len(backends)
         with (
             (cfg.out / "errors.jsonl").open("wb") as errors,
             GenerationProgress(len(jobs), label="capture") as bar,
         ):
 
             async def one(job: dict) -> None:
-                for attempt in range(1, cfg.max_attempts + 1):
-                    k = outstanding.index(min(outstanding))
-                    outstanding[k] += 1
-                    try:
-                        states = await backends[k].capture(job["id"], job["ids"])
-                        break
-                    except BackendError as exc:
-                        if not exc.retryable or attempt == cfg.max_attempts:
-                            stats.failed += 1
-                            stats.reasons[exc.reason] += 1
-                            error = RequestError(
-                                job["id"], exc.reason, exc.detail, attempt, job["dataset"]
-                            )
-                            errors.write(orjson.dumps(error.to_dict()) + b"\n")
-                            errors.flush()
-                            return
-                        stats.retries += 1
-                        stats.retry_reasons[exc.reason] += 1
-                    finally:
-                        outstanding[k] -= 1
-                    await asyncio.sleep(min(30.0, 2 ** (attempt - 1)) * (0.5 + rng.random()))
-                if states.shape[1] != len(layers) or states.shape[0] != len(job["ids"]):
-                    raise EyasError(
-                        "bad_capture",
-                        f"{job['id']}: states {tuple(states.shape)} for {len(job['ids'])} tokens "
-                        f"and {len(layers)} layers",
+                try:
+                    states, _ = await capture_one(pool, job["id"], job["ids"], layers)
+                except RequestFailed as exc:
+                    stats.failed += 1
+                    stats.reasons[exc.error.reason] += 1
+                    error = RequestError(
+                        job["id"], exc.error.reason, exc.error.detail, exc.attempts, job["dataset"]
                     )
+                    errors.write(orjson.dumps(error.to_dict()) + b"\n")
+                    errors.flush()
+                    return
                 # A shard commit (concatenate, serialise, fsync) runs off the event loop, so
                 # the requests in flight keep the server busy meanwhile; one add at a time.
                 async with write_lock:
@@ -170,17 +174,25 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dic
 
             async def worker() -> None:
                 for job in queue:
+                    if pool.stop.is_set():
+                        return
                     await one(job)
                     stats.done += 1
+                    stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
-            workers = cfg.concurrency * len(backends)
+            workers = sum(s.limit.maximum for s in pool.servers)
             try:
                 await asyncio.gather(*(worker() for _ in range(min(workers, len(jobs)) or 1)))
             finally:
                 writer.flush()
                 bar.update(stats, force=True)
-    return {"servers": servers, "this_run": stats.as_dict()}
+        return {
+            "servers": pool.info,
+            "client": pool.describe(),
+            "stopped_reason": pool.stopped_reason,
+            "this_run": stats.as_dict(),
+        }
 
 
 def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -247,10 +259,19 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
             "failed": run.get("this_run", {}).get("failed", 0),
         },
         "failure_reasons": run.get("this_run", {}).get("failure_reasons", {}),
+        "complete": run.get("stopped_reason") is None,
+        "stopped_reason": run.get("stopped_reason"),
+        "client": run.get("client"),
         "this_run": {**run.get("this_run", {}), "started_unix": started},
         "config": cfg.model_dump(mode="json"),
     }
     write_json(cfg.out / "manifest.json", manifest)
+    if run.get("stopped_reason"):
+        raise RefusedError(
+            "servers_failing",
+            f"capture stopped: {run['stopped_reason']}; {len(captured)} samples are committed "
+            f"in {cfg.out}: fix the servers and rerun the same command to resume",
+        )
     return manifest
 
 

@@ -1,18 +1,34 @@
-"""Acceptance measured where the drafter is served.
+"""Acceptance measured where the drafter is served, through the engines' backends and the one
+client policy (`eyas.backends`): the target is never loaded in this process.
 
-- vLLM: the target runs with `--speculative-config {"method": "eagle3", ...}`; acceptance
-  comes from vLLM's own counters on `/metrics` (drafts, draft tokens, accepted tokens, accepted
-  per position), read before and after each dataset and differenced. A drafter that is not
-  already in speculators format is exported for vLLM first.
-- SGLang: token-id prompts to `/generate`; each finished request's `meta_info` carries
-  `spec_verify_ct` (target verify steps) and `completion_tokens`, and recent builds
-  `spec_num_correct_drafts` / `spec_num_proposed_drafts`.
+    eyas eval ... --backend vllm --url http://spec:8000 --baseline-url http://base:8000
+    eyas eval ... --backend vllm --vllm-python PY            # eyas starts both servers
+    eyas eval ... --backend sglang --url http://spec:30000 --baseline-url http://base:30000
+
+- vLLM: the target runs with `--speculative-config {"method": "eagle3", ...}`
+  (`_vllm_speculative_config`); acceptance comes from vLLM's own counters on `/metrics`
+  (drafts, draft tokens, accepted tokens, accepted per position), read before and after each
+  dataset and differenced. A server that exports no spec-decode counters has no drafter: that
+  is an error (`no_speculation`), not acceptance 0. A drafter that is not already in
+  speculators format is exported for vLLM first.
+- SGLang: token-id prompts to `/generate`; a finished request's `meta_info` carries
+  `spec_verify_ct` (target verify steps) and `completion_tokens` only when it had verify steps
+  (`eyas.backends.sglang.conventions`): a missing count is zero steps (a one-token answer),
+  and the run refuses only when no response carries one.
 
 `acceptance_length` is tokens per verify step, bonus included, prefill token excluded
 (`(completion_tokens - 1) / spec_verify_ct`); SGLang's own `completion_tokens /
 spec_verify_ct` counts the prefill token too and is reported beside it as
-`sglang_accept_length`. At temperature 0 the served outputs are compared with the target's
-greedy decoding (a run without the drafter when `--baseline`, else the target in process).
+`sglang_accept_length`.
+
+**Lossless check** (temperature 0). The served outputs are compared with the same engine
+serving the target without a drafter (a baseline server: `--baseline-url`, or one eyas starts
+with `--vllm-python`), run twice. Per prompt the result gives the first divergence and the
+share of the baseline's tokens reproduced; the check fails only when more prompts diverge from
+the baseline than diverge between the two baseline runs (what the engine itself does, e.g.
+batched bf16 decoding on a GPU). Without a baseline server the check is off, and
+`lossless_check.note` says so. A request that fails for good is left out of the figures and
+listed with its reason under `requests`.
 """
 
 from __future__ import annotations
@@ -23,17 +39,18 @@ import json
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import orjson
-
-from eyas.backends.base import json_headers, post_bytes, wait_http_ready
-from eyas.backends.vllm.conventions import parse_spec_metrics
+from eyas.backends.base import BackendSettings, Generation, GenRequest
+from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
+from eyas.backends.reasons import BackendError
+from eyas.backends.registry import open_pool
+from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
 from eyas.config import EvalConfig
-from eyas.errors import EyasError
+from eyas.errors import EyasError, RefusedError
 
 
 def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
@@ -57,6 +74,11 @@ def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
     }
 
 
+def _vllm_speculative_config(cfg: EvalConfig, drafter_dir: Path) -> dict[str, Any]:
+    """vLLM's `--speculative-config` for the drafter (the drafter method's to decide)."""
+    return {"method": "eagle3", "model": str(drafter_dir), "num_speculative_tokens": cfg.k}
+
+
 def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
     """A speculators-format drafter directory vLLM can load."""
     from eyas.drafter.load import resolve_drafter_dir
@@ -69,52 +91,11 @@ def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
     return export_drafter(folder, "vllm", scratch / "vllm-drafter", cfg.target, cfg.k)
 
 
-async def _complete(session, url: str, prompts: list[dict], cfg: EvalConfig, model: str):
-    """Token-id completions, all in flight at once; returns ids per prompt and seconds."""
-    headers = json_headers(None)
-    timeout = aiohttp.ClientTimeout(total=3600)
-
-    async def one(p: dict) -> list[int]:
-        payload = {
-            "model": model,
-            "prompt": p["prompt_ids"],
-            "max_tokens": cfg.max_new_tokens,
-            "temperature": cfg.temperature,
-            "seed": cfg.seed,
-            "return_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        body = await post_bytes(
-            session, url + "/v1/completions", orjson.dumps(payload), headers, timeout
-        )
-        return orjson.loads(body)["choices"][0]["token_ids"]
-
-    start = time.perf_counter()
-    outs = await asyncio.gather(*(one(p) for p in prompts))
-    return outs, time.perf_counter() - start
-
-
-async def _metrics(session, url: str) -> dict:
-    async with session.get(url + "/metrics") as r:
-        return parse_spec_metrics(await r.text())
-
-
-async def _served_model(session, url: str) -> str:
-    await wait_http_ready(session, url, ("/health", "/v1/models"), 600)
-    async with session.get(url + "/v1/models") as r:
-        return orjson.loads(await r.read())["data"][0]["id"]
+# -- servers ------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def _vllm(cfg: EvalConfig, scratch: Path, speculative: bool, log):
-    """The URL of a vLLM server: the user's, or one eyas starts (with or without the drafter)."""
-    if cfg.urls and speculative:
-        yield cfg.urls[0]
-        return
-    if cfg.vllm_python is None:
-        raise EyasError(
-            "bad_flag", "--baseline with --url needs --vllm-python to start a second server"
-        )
+def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
     import torch
 
     from eyas.hf_models import target_model
@@ -124,38 +105,278 @@ def _vllm(cfg: EvalConfig, scratch: Path, speculative: bool, log):
     args = ["--max-model-len", str(min(ctx, 8192)), "--enforce-eager"]
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
-    if speculative:
-        spec = {
-            "method": "eagle3",
-            "model": str(_vllm_drafter(cfg, scratch)),
-            "num_speculative_tokens": cfg.k,
-        }
+    if drafter:
+        spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
         args += ["--speculative-config", json.dumps(spec)]
-    log(f"starting vLLM ({'with the drafter' if speculative else 'baseline, no drafter'})")
-    name = "spec" if speculative else "base"
+    log(f"starting vLLM ({'with the drafter' if drafter else 'baseline, no drafter'})")
+    name = "spec" if drafter else "base"
     with vllm_server(
         cfg.vllm_python, cfg.target, args, log_path=scratch / f"vllm-{name}.log"
     ) as url:
-        yield url
+        yield [url]
 
 
-def _lossless(cfg: EvalConfig, prompts: list[dict], outputs: list[list[int]], baseline) -> tuple:
-    if cfg.temperature != 0 or not cfg.lossless_check:
-        return None, []
-    if baseline is None:
-        import torch
+@contextlib.contextmanager
+def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
+    """The URLs of the servers with the drafter (or the baseline): the user's, or vLLM
+    servers eyas starts."""
+    given = cfg.urls if drafter else cfg.baseline_urls
+    if given:
+        yield given
+        return
+    if cfg.backend != "vllm" or cfg.vllm_python is None:
+        raise EyasError("bad_flag", "a baseline needs --baseline-url (or, for vLLM, --vllm-python)")
+    with _started_vllm(cfg, scratch, drafter, log) as urls:
+        yield urls
 
-        from eyas.evaluate.speculative import greedy_reference
-        from eyas.hf_models import load_frozen_lm
-        from eyas.render.renderer import Renderer
 
-        target = load_frozen_lm(cfg.target, "cpu", torch.float32, cfg.trust_remote_code)
-        stop = set(Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code).stop_token_ids())
-        baseline = [
-            greedy_reference(target, p["prompt_ids"], cfg.max_new_tokens, stop) for p in prompts
-        ]
-    bad = [p["id"] for p, a, b in zip(prompts, outputs, baseline) if a != b]
-    return not bad, bad
+def _baseline_runs(cfg: EvalConfig) -> tuple[int, str | None]:
+    """(baseline runs to make, why the lossless check is off)."""
+    available = bool(cfg.baseline_urls) or (cfg.backend == "vllm" and cfg.vllm_python is not None)
+    if cfg.baseline and not available:
+        raise EyasError(
+            "bad_flag",
+            "--baseline needs the target served without a drafter: --baseline-url URL"
+            + (" or --vllm-python" if cfg.backend == "vllm" else ""),
+        )
+    if not cfg.lossless_check:
+        return int(cfg.baseline), "off: --no-lossless-check"
+    if cfg.temperature != 0:
+        return int(cfg.baseline), "off: outputs are compared at temperature 0 only"
+    if not available:
+        return 0, (
+            "off: no baseline server. The check compares with the same engine serving the "
+            "target without a drafter (--baseline-url"
+            + (", or --vllm-python to let eyas start one" if cfg.backend == "vllm" else "")
+            + "); the target is never loaded in this process"
+        )
+    return 2, None
+
+
+# -- one served run ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    outputs: dict[str, list[int]] = field(default_factory=dict)  # prompt id -> output ids
+    metas: dict[str, dict] = field(default_factory=dict)
+    figures: dict[str, dict] = field(default_factory=dict)  # dataset -> vLLM counter figures
+    seconds: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+    failed: list[dict] = field(default_factory=list)
+    client: dict = field(default_factory=dict)
+    servers: list[dict] = field(default_factory=list)
+
+
+def _settings(cfg: EvalConfig) -> BackendSettings:
+    from eyas.render.renderer import Renderer
+
+    stop = Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code).stop_token_ids()
+    return BackendSettings(stop_token_ids=stop)
+
+
+def _policy(cfg: EvalConfig, in_flight: int) -> ClientPolicy:
+    # every prompt of a dataset in flight at once (the batch the figures are measured at)
+    return ClientPolicy.from_retry(
+        cfg.retry, concurrency=max(1, in_flight), adaptive=False, timeout_s=cfg.timeout_s
+    )
+
+
+async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
+    """vLLM's spec-decode counters summed over the pool's servers; no_speculation when a
+    server exports none (it runs without a drafter)."""
+    total: dict[str, Any] = defaultdict(float)
+    per_pos: list[float] = []
+    for backend in pool.backends:
+        try:
+            snap = await backend.spec_metrics()
+        except BackendError as exc:
+            raise RefusedError(
+                exc.reason, f"reading the spec-decode counters of {backend.url}: {exc.detail}"
+            ) from exc
+        if not snap["present"]:
+            raise EyasError(
+                "no_speculation",
+                f"the vLLM server at {backend.url} exports no spec-decode counters: it runs "
+                "without a drafter (start it with --speculative-config)",
+            )
+        for key, value in snap.items():
+            if key == "accepted_per_pos":
+                per_pos = [a + b for a, b in zip(value, per_pos)] + value[len(per_pos) :]
+            elif key != "present":
+                total[key] += value
+    return {**total, "accepted_per_pos": per_pos}
+
+
+async def _served_run(
+    cfg: EvalConfig, urls: list[str], by_ds: dict[str, list[dict]], count: bool
+) -> _Run:
+    run = _Run()
+    in_flight = max(len(rows) for rows in by_ds.values())
+    async with open_pool(
+        cfg.backend, _settings(cfg), urls, _policy(cfg, in_flight), operation="generate"
+    ) as pool:
+        run.servers = pool.info
+        counting = count and cfg.backend == "vllm"
+        for name, rows in sorted(by_ds.items()):
+            before = await _spec_counters(pool) if counting else {}
+            start = time.perf_counter()
+            results = await asyncio.gather(
+                *(_one(pool, p, cfg) for p in rows), return_exceptions=True
+            )
+            run.seconds[name] = time.perf_counter() - start
+            run.tokens[name] = 0
+            for p, r in zip(rows, results):
+                if isinstance(r, RequestFailed):
+                    run.failed.append(
+                        {"id": p["id"], "reason": r.error.reason, "detail": r.error.detail}
+                    )
+                elif isinstance(r, BaseException):
+                    raise r
+                else:
+                    run.outputs[p["id"]], run.metas[p["id"]] = r.output_ids, r.meta
+                    run.tokens[name] += len(r.output_ids)
+            if pool.stopped_reason:
+                raise RefusedError(
+                    "servers_failing",
+                    f"served evaluation stopped: {pool.stopped_reason}; failed: "
+                    f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
+                )
+            if counting:
+                run.figures[name] = served_metrics(before, await _spec_counters(pool), cfg.k)
+        run.client = pool.describe()
+    return run
+
+
+async def _one(pool: ServerPool, p: dict, cfg: EvalConfig) -> Generation:
+    req = GenRequest(
+        id=p["id"],
+        prompt_ids=p["prompt_ids"],
+        max_new_tokens=cfg.max_new_tokens,
+        sampling={"temperature": cfg.temperature, "seed": cfg.seed},
+    )
+    gen, _ = await pool.call(lambda b: b.generate(req), work=lambda g: len(g.output_ids))
+    return gen
+
+
+def _reasons(failed: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for f in failed:
+        out[f["reason"]] += 1
+    return dict(out)
+
+
+# -- lossless ------------------------------------------------------------------------------------
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first position where two outputs differ (None when equal)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def lossless_report(
+    ids: list[str], spec: dict[str, list[int]], base: dict[str, list[int]], again: dict
+) -> dict[str, Any]:
+    """Speculative outputs against two baseline runs of the same engine (see the module)."""
+    per_prompt, diverged, noise = [], [], 0
+    for pid in ids:
+        if pid not in spec or pid not in base or pid not in again:
+            continue  # a failed request: listed under `requests`
+        d = first_divergence(spec[pid], base[pid])
+        n = first_divergence(again[pid], base[pid])
+        reproduced = len(base[pid]) if d is None else d
+        per_prompt.append(
+            {
+                "id": pid,
+                "first_divergence": d,
+                "token_match_rate": round(reproduced / len(base[pid]), 4) if base[pid] else 1.0,
+                "baseline_first_divergence": n,
+            }
+        )
+        if d is not None:
+            diverged.append(pid)
+        noise += n is not None
+    compared = len(per_prompt)
+    return {
+        "lossless": len(diverged) <= noise if compared else None,
+        "mismatches": diverged,
+        "check": {
+            "compared_with": "the same engine without a drafter, run twice",
+            "rule": "fails when more prompts diverge from the baseline than between the two "
+            "baseline runs",
+            "prompts": compared,
+            "prompts_diverged": len(diverged),
+            "baseline_prompts_diverged": noise,
+            "match_rate": round(sum(p["token_match_rate"] for p in per_prompt) / compared, 4)
+            if compared
+            else None,
+            "per_prompt": per_prompt,
+        },
+    }
+
+
+# -- the two engines -----------------------------------------------------------------------------
+
+
+def _by_dataset(prompts: list[dict]) -> dict[str, list[dict]]:
+    by_ds: dict[str, list[dict]] = defaultdict(list)
+    for p in prompts:
+        by_ds[p["dataset"]].append(p)
+    return by_ds
+
+
+def _serve(cfg: EvalConfig, prompts: list[dict], log) -> tuple[_Run, list[_Run]]:
+    """The run with the drafter, then the baseline runs the check and `--baseline` need."""
+    by_ds = _by_dataset(prompts)
+    runs, _ = _baseline_runs(cfg)
+    with tempfile.TemporaryDirectory(prefix="eyas-eval-") as tmp:
+        scratch = Path(tmp)
+        with _servers(cfg, scratch, True, log) as urls:
+            spec = asyncio.run(_served_run(cfg, urls, by_ds, count=True))
+        base = []
+        if runs:
+            with _servers(cfg, scratch, False, log) as urls:
+                base = [
+                    asyncio.run(_served_run(cfg, urls, by_ds, count=False)) for _ in range(runs)
+                ]
+    return spec, base
+
+
+def _common(cfg: EvalConfig, prompts: list[dict], spec: _Run, base: list[_Run]) -> dict:
+    """What both engines report: the lossless check, throughput, requests."""
+    by_ds = _by_dataset(prompts)
+    _, note = _baseline_runs(cfg)
+    if len(base) >= 2:
+        report = lossless_report(
+            [p["id"] for p in prompts], spec.outputs, *(b.outputs for b in base[:2])
+        )
+        lossless, mismatches, check = report["lossless"], report["mismatches"], report["check"]
+    else:
+        lossless, mismatches, check = None, [], {"note": note}
+    rate = sum(spec.tokens.values()) / max(1e-9, sum(spec.seconds.values()))
+    throughput = {"output_tokens_per_s": round(rate, 2)}
+    if base:
+        base_rate = sum(base[0].tokens.values()) / max(1e-9, sum(base[0].seconds.values()))
+        throughput["baseline_output_tokens_per_s"] = round(base_rate, 2)
+        throughput["speedup"] = round(rate / max(1e-9, base_rate), 3)
+    return {
+        "lossless": lossless,
+        "lossless_mismatches": mismatches,
+        "lossless_check": check,
+        "throughput": throughput,
+        "batch_size": max(len(rows) for rows in by_ds.values()),
+        "servers": spec.servers,
+        "requests": {
+            "failed": spec.failed,
+            "failure_reasons": _reasons(spec.failed),
+            "retries": spec.client.get("retries", 0),
+            "retry_reasons": spec.client.get("retry_reasons", {}),
+            "baseline_failed": [f for b in base for f in b.failed],
+        },
+    }
 
 
 def evaluate_vllm(cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print) -> dict:
@@ -163,137 +384,69 @@ def evaluate_vllm(cfg: EvalConfig, prompts: list[dict], log: Callable[[str], Non
         raise EyasError(
             "bad_flag", "served vLLM evaluation runs chains (topk 1); trees: --backend local"
         )
-    by_ds: dict[str, list[dict]] = defaultdict(list)
-    for p in prompts:
-        by_ds[p["dataset"]].append(p)
-
-    async def run(url: str, count: bool) -> tuple[dict, dict, dict, dict]:
-        async with aiohttp.ClientSession() as session:
-            model = await _served_model(session, url)
-            figures, outputs, seconds, tokens = {}, {}, {}, {}
-            for name, rows in sorted(by_ds.items()):
-                before = await _metrics(session, url) if count else {}
-                outs, secs = await _complete(session, url, rows, cfg, model)
-                if count:
-                    figures[name] = served_metrics(before, await _metrics(session, url), cfg.k)
-                outputs[name], seconds[name], tokens[name] = outs, secs, sum(map(len, outs))
-            return figures, outputs, seconds, tokens
-
-    with tempfile.TemporaryDirectory(prefix="eyas-eval-") as tmp:
-        scratch = Path(tmp)
-        with _vllm(cfg, scratch, True, log) as url:
-            figures, outputs, seconds, tokens = asyncio.run(run(url, True))
-        base = None
-        if cfg.baseline:
-            with _vllm(cfg, scratch, False, log) as url:
-                _, base, base_seconds, base_tokens = asyncio.run(run(url, False))
-    flat = [o for name in sorted(by_ds) for o in outputs[name]]
-    ordered = [p for name in sorted(by_ds) for p in by_ds[name]]
-    base_flat = [o for name in sorted(by_ds) for o in base[name]] if base else None
-    lossless, bad = _lossless(cfg, ordered, flat, base_flat)
+    spec, base = _serve(cfg, prompts, log)
+    by_ds = _by_dataset(prompts)
+    figures = spec.figures
     steps = sum(f["verify_steps"] for f in figures.values())
     accepted = sum(f["mean_accepted_drafts"] * f["verify_steps"] for f in figures.values())
     hist = [sum(f["histogram"][a] for f in figures.values()) for a in range(cfg.k + 1)]
     reached = [steps, *[sum(hist[a:]) for a in range(1, cfg.k)]]
     passed = [sum(hist[a:]) for a in range(1, cfg.k + 1)]
-    throughput = {
-        "output_tokens_per_s": round(sum(tokens.values()) / max(1e-9, sum(seconds.values())), 2)
-    }
-    if cfg.baseline:
-        base_rate = sum(base_tokens.values()) / max(1e-9, sum(base_seconds.values()))
-        throughput["baseline_output_tokens_per_s"] = round(base_rate, 2)
-        throughput["speedup"] = round(throughput["output_tokens_per_s"] / max(1e-9, base_rate), 3)
     return {
         "verify_steps": steps,
         "acceptance_length": round(1 + accepted / steps, 4) if steps else 0.0,
         "mean_accepted_drafts": round(accepted / steps, 4) if steps else 0.0,
         "per_position": [round(p / r, 4) if r else 0.0 for p, r in zip(passed, reached)],
         "histogram": hist,
-        "lossless": lossless,
-        "lossless_mismatches": bad,
         "datasets": {
             name: {**figures[name], "prompts": len(by_ds[name])} for name in sorted(by_ds)
         },
-        "throughput": throughput,
-        "batch_size": max(len(rows) for rows in by_ds.values()),
+        **_common(cfg, prompts, spec, base),
         "source": "vllm /metrics counters",
+    }
+
+
+def _sglang_figures(verify: list[int], completion: list[int]) -> dict:
+    steps, produced = sum(verify), sum(completion)
+    return {
+        "verify_steps": steps,
+        "acceptance_length": round((produced - len(completion)) / steps, 4) if steps else 0.0,
+        "mean_accepted_drafts": round((produced - len(completion)) / steps - 1, 4)
+        if steps
+        else 0.0,
+        "sglang_accept_length": round(produced / steps, 4) if steps else 0.0,
+        "per_position": [],
+        "histogram": None,
     }
 
 
 def evaluate_sglang(
     cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print
 ) -> dict:
-    from eyas.render.renderer import Renderer
-
-    stop = Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code).stop_token_ids()
-
-    async def run() -> tuple[list[dict], float]:
-        async with aiohttp.ClientSession() as session:
-            url = cfg.urls[0].rstrip("/")
-            await wait_http_ready(session, url, ("/health", "/health_generate"), 600)
-            timeout = aiohttp.ClientTimeout(total=3600)
-
-            async def one(p: dict) -> dict:
-                payload = {
-                    "input_ids": p["prompt_ids"],
-                    "sampling_params": {
-                        "max_new_tokens": cfg.max_new_tokens,
-                        "temperature": cfg.temperature,
-                        "stop_token_ids": stop,
-                        "skip_special_tokens": False,
-                    },
-                }
-                body = await post_bytes(
-                    session, url + "/generate", orjson.dumps(payload), json_headers(None), timeout
-                )
-                return orjson.loads(body)
-
-            start = time.perf_counter()
-            results = await asyncio.gather(*(one(p) for p in prompts))
-            return results, time.perf_counter() - start
-
-    results, seconds = asyncio.run(run())
+    spec, base = _serve(cfg, prompts, log)
+    if spec.metas and not any(VERIFY_COUNT_KEY in m for m in spec.metas.values()):
+        raise EyasError(
+            "no_speculation",
+            f"no SGLang response carries {VERIFY_COUNT_KEY}: is the server running with "
+            "--speculative-algorithm EAGLE3 and the drafter?",
+        )
     per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"verify": [], "completion": []})
-    for p, r in zip(prompts, results):
-        meta = r["meta_info"]
-        if "spec_verify_ct" not in meta:
-            raise EyasError(
-                "no_speculation",
-                "the SGLang server reports no spec_verify_ct: is it running with "
-                "--speculative-algorithm EAGLE3 and the drafter?",
-            )
-        per_ds[p["dataset"]]["verify"].append(int(meta["spec_verify_ct"]))
-        per_ds[p["dataset"]]["completion"].append(int(meta["completion_tokens"]))
-
-    def figures(verify: list[int], completion: list[int]) -> dict:
-        steps, produced = sum(verify), sum(completion)
-        return {
-            "verify_steps": steps,
-            "acceptance_length": round((produced - len(completion)) / steps, 4) if steps else 0.0,
-            "mean_accepted_drafts": round((produced - len(completion)) / steps - 1, 4)
-            if steps
-            else 0.0,
-            "sglang_accept_length": round(produced / steps, 4) if steps else 0.0,
-            "per_position": [],
-            "histogram": None,
-        }
-
+    for p in prompts:
+        meta = spec.metas.get(p["id"])
+        if meta is None:
+            continue  # failed: listed under `requests`
+        # a response without the count had no verify step (SGLang writes it only when > 0)
+        per_ds[p["dataset"]]["verify"].append(int(meta.get(VERIFY_COUNT_KEY, 0)))
+        completion = meta.get("completion_tokens", len(spec.outputs[p["id"]]))
+        per_ds[p["dataset"]]["completion"].append(int(completion))
     all_v = [v for d in per_ds.values() for v in d["verify"]]
     all_c = [c for d in per_ds.values() for c in d["completion"]]
-    outputs = [r["output_ids"] for r in results]
-    if cfg.lossless_check:
-        lossless, bad = _lossless(cfg, prompts, outputs, None)
-    else:
-        lossless, bad = None, []
     return {
-        **figures(all_v, all_c),
-        "lossless": lossless,
-        "lossless_mismatches": bad,
+        **_sglang_figures(all_v, all_c),
         "datasets": {
-            name: {**figures(d["verify"], d["completion"]), "prompts": len(d["verify"])}
+            name: {**_sglang_figures(d["verify"], d["completion"]), "prompts": len(d["verify"])}
             for name, d in sorted(per_ds.items())
         },
-        "throughput": {"output_tokens_per_s": round(sum(all_c) / max(1e-9, seconds), 2)},
-        "batch_size": len(prompts),
+        **_common(cfg, prompts, spec, base),
         "source": "sglang meta_info spec_verify_ct",
     }

@@ -1,10 +1,13 @@
 """The async generation orchestrator (docs/architecture.md).
 
-- bounded in-flight requests: `concurrency` per server, least-outstanding routing across URLs;
-- retries with exponential backoff and jitter on retryable failures (connection errors,
-  timeouts, 408/429/5xx, aborts, malformed bodies), then a permanent `RequestError`;
-- results are committed in atomic shards; a stop request (SIGINT) stops dispatch, lets
-  in-flight requests finish, flushes, and leaves a run that resumes by id.
+Requests go through the one client policy (`eyas.backends.policy.ServerPool`): bounded and
+adaptive in-flight limits per server, least-outstanding routing, progress-aware timeouts,
+retries by reason code, the circuit breaker. This module turns jobs into requests and
+samples:
+
+- results are committed in atomic shards; a stop request (SIGINT, or the pool's breaker)
+  stops dispatch, lets in-flight requests finish, flushes, and leaves a run that resumes by id;
+- a request that failed permanently or ran out of attempts becomes a `RequestError`.
 
 Multi-turn `all` regenerates each assistant turn in order, conditioned on the regenerated
 history, rendered by the template's own rules (see `multiturn.py`).
@@ -13,7 +16,6 @@ history, rendered by the template's own rules (see `multiturn.py`).
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -22,8 +24,8 @@ from typing import IO, Any
 
 import orjson
 
-from eyas.backends.base import Backend, BackendError, Generation, GenRequest
-from eyas.config import RetryConfig
+from eyas.backends.base import Generation, GenRequest
+from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.generate.jobs import Job
 from eyas.records import RequestError, Sample
 from eyas.store import ShardWriter
@@ -58,67 +60,45 @@ class Stats:
         }
 
 
-class _Server:
-    def __init__(self, backend: Backend):
-        self.backend = backend
-        self.outstanding = 0
-
-
-class JobFailed(Exception):
-    def __init__(self, error: BackendError, attempts: int):
-        super().__init__(str(error))
-        self.error = error
-        self.attempts = attempts
-
-
 class Engine:
     def __init__(
         self,
         *,
-        backends: list[Backend],
+        pool: ServerPool,
         writer: ShardWriter,
         errors: IO[bytes],
-        retry: RetryConfig,
-        concurrency: int,
         flush_s: float = 30.0,
         multi_turn: Callable[[Engine, Job], Any] | None = None,
         on_progress: Callable[[Stats], None] | None = None,
     ):
-        self.backends = backends
-        self.servers = [_Server(b) for b in backends]
+        self.pool = pool
         self.writer = writer
         self.errors = errors
-        self.retry = retry
-        self.concurrency = concurrency
         self.flush_s = flush_s
         self.multi_turn = multi_turn
         self.on_progress = on_progress
         self.stats = Stats()
-        self.stop = asyncio.Event()
-        self.stopped_reason: str | None = None  # set when the engine stops itself
-        self._consecutive_failures = 0
-        self._rng = random.Random()
+        self.stop = pool.stop  # SIGINT and the pool's breaker stop the same run
+
+    @property
+    def stopped_reason(self) -> str | None:
+        return self.pool.stopped_reason
+
+    @property
+    def backend_name(self) -> str:
+        return self.pool.name
 
     # -- one request, with retries ------------------------------------------------------------
 
     async def request(self, req: GenRequest) -> tuple[Generation, int]:
-        """Send `req` to the least-loaded server, retrying retryable failures."""
-        attempt = 0
-        while True:
-            attempt += 1
-            server = min(self.servers, key=lambda s: s.outstanding)
-            server.outstanding += 1
-            try:
-                return await server.backend.generate(req), attempt
-            except BackendError as exc:
-                if not exc.retryable or attempt >= self.retry.max_attempts or self.stop.is_set():
-                    raise JobFailed(exc, attempt) from exc
-                self.stats.retries += 1
-                self.stats.retry_reasons[exc.reason] += 1
-            finally:
-                server.outstanding -= 1
-            delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** (attempt - 1))
-            await asyncio.sleep(delay * (0.5 + self._rng.random()))  # jitter: 0.5x-1.5x
+        """(generation, attempts) under the client policy; RequestFailed when it gives up."""
+        try:
+            return await self.pool.call(
+                lambda b: b.generate(req), work=lambda gen: len(gen.output_ids)
+            )
+        finally:
+            self.stats.retries = self.pool.retries
+            self.stats.retry_reasons = self.pool.retry_reasons
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -160,7 +140,7 @@ class Engine:
             tools=job.tools,
         )
         gen, attempts = await self.request(req)
-        return [self.sample_from(job, req, gen, attempts, self.servers[0].backend.name)]
+        return [self.sample_from(job, req, gen, attempts, self.backend_name)]
 
     def record_error(self, error: RequestError) -> None:
         self.errors.write(orjson.dumps(error.to_dict()) + b"\n")
@@ -184,35 +164,18 @@ class Engine:
                     samples = await self.multi_turn(self, job)
                 else:
                     samples = await self._single(job)
-            except JobFailed as exc:
+            except RequestFailed as exc:
                 self.stats.failed += 1
                 self.record_error(
                     RequestError(
                         job.id, exc.error.reason, exc.error.detail, exc.attempts, job.dataset
                     )
                 )
-                self._note_failure(exc.error)
             else:
-                self._consecutive_failures = 0
                 self.commit(samples)
             self.stats.done += 1
             if self.on_progress:
                 self.on_progress(self.stats)
-
-    def _note_failure(self, error: BackendError) -> None:
-        """Circuit breaker: a permanent answer (400) means the server is alive; a run of jobs
-        that exhausted their retries on transport/5xx/timeout errors means it is not."""
-        if not error.retryable:
-            self._consecutive_failures = 0
-            return
-        self._consecutive_failures += 1
-        limit = self.retry.max_consecutive_failures
-        if limit and self._consecutive_failures >= limit and not self.stop.is_set():
-            self.stopped_reason = (
-                f"servers_failing: {self._consecutive_failures} jobs in a row failed after "
-                f"{self.retry.max_attempts} attempts (last: {error.reason})"
-            )
-            self.stop.set()  # in-flight jobs finish; undispatched ones stay for the resume
 
     async def _flusher(self) -> None:
         while True:
@@ -222,7 +185,8 @@ class Engine:
     async def run(self, jobs: list[Job]) -> Stats:
         self.stats.total = len(jobs)
         shared = iter(jobs)
-        capacity = self.concurrency * len(self.servers)
+        # enough workers to fill every server's ceiling; the pool holds them to its limits
+        capacity = sum(s.limit.maximum for s in self.pool.servers)
         workers = [
             asyncio.create_task(self._worker(shared)) for _ in range(min(capacity, len(jobs)))
         ]

@@ -120,7 +120,7 @@ def make_multi_turn(base: Renderer):
                         f"source {_call_names(messages[t])}",
                     )
                 break
-        backend = engine.servers[0].backend.name
+        backend = engine.backend_name
         attempts_total = sum(t.attempts for t in done)
         if stopped:
             engine.record_error(

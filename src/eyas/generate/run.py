@@ -12,15 +12,16 @@ jobs (a Slurm array, Kubernetes pods) cover a dataset without coordination.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from typing import Any
 
 from eyas import __version__
-from eyas.backends.base import BackendError
-from eyas.backends.factory import build_backends
-from eyas.config import PipelineConfig
-from eyas.errors import RefusedError
+from eyas.backends.base import BackendSettings
+from eyas.backends.policy import ClientPolicy
+from eyas.backends.registry import open_pool
+from eyas.config import BackendConfig, PipelineConfig
 from eyas.generate.engine import Engine, Stats
 from eyas.generate.jobs import load_jobs, plans
 from eyas.generate.multiturn import make_multi_turn
@@ -35,37 +36,67 @@ def _conversation_ids(stage_dir) -> set[str]:
     return {i.split("#")[0] for i in committed_ids(stage_dir)}
 
 
-async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool) -> dict[str, Any]:
-    import aiohttp
+def generation_settings(
+    cfg: BackendConfig, renderer: Renderer, model_dir, trust_remote_code: bool = False
+) -> BackendSettings:
+    """What any engine's backend needs to generate for this target."""
+    thinking = renderer.thinking is not False
 
+    def encode_reply(message: dict) -> list[int]:
+        # openai_chat's lossy step: the reply's text re-serialised in the model's own format
+        return renderer.encode(renderer.model_format.completion_text(message, thinking))
+
+    return BackendSettings(
+        stop_token_ids=renderer.stop_token_ids(),
+        api_key=os.environ.get(cfg.api_key_env) if cfg.api_key_env else None,
+        # sglang: prompts per call; local: prompts per batch (its in-flight limit)
+        batch_size=cfg.batch_size if cfg.kind != "local" else cfg.concurrency,
+        vllm_endpoint=cfg.vllm_endpoint,
+        served_model=cfg.served_model,
+        model_dir=model_dir,
+        pad_token_id=renderer.tokenizer.pad_token_id or 0,
+        trust_remote_code=trust_remote_code,
+        encode_reply=encode_reply,
+        template_kwargs=renderer.template_kwargs,
+    )
+
+
+def generation_policy(cfg: BackendConfig) -> ClientPolicy:
+    return ClientPolicy.from_retry(
+        cfg.retry,
+        concurrency=cfg.concurrency,
+        adaptive=cfg.adaptive_concurrency and cfg.kind != "local",
+        timeout_s=cfg.timeout_s,
+        ready_timeout_s=cfg.ready_timeout_s,
+    )
+
+
+async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool) -> dict[str, Any]:
     out = cfg.generate_out
     out.mkdir(parents=True, exist_ok=True)
     jobs, skipped = load_jobs(cfg, renderer, _conversation_ids(out))
     # errors.jsonl describes the latest run: ids that failed before are not done, so they
     # are retried now and their new outcome is recorded.
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     started = time.time()
-    async with aiohttp.ClientSession(connector=connector) as session:
-        backends = build_backends(
-            cfg.backend, renderer, cfg.model.dir, session, cfg.model.trust_remote_code
-        )
-        servers = []
-        for b in backends:
-            try:
-                servers.append(await b.ready(cfg.backend.ready_timeout_s))
-            except BackendError as exc:
-                raise RefusedError(exc.reason, exc.detail) from exc
+    settings = generation_settings(
+        cfg.backend, renderer, cfg.model.dir, cfg.model.trust_remote_code
+    )
+    async with open_pool(
+        cfg.backend.kind,
+        settings,
+        cfg.backend.urls,
+        generation_policy(cfg.backend),
+        operation="generate",
+    ) as pool:
         writer = ShardWriter(out, cfg.generate.shard_size)
         with (
             (out / "errors.jsonl").open("wb") as errors,
             GenerationProgress(len(jobs), enabled=show_progress) as bar,
         ):
             engine = Engine(
-                backends=backends,
+                pool=pool,
                 writer=writer,
                 errors=errors,
-                retry=cfg.backend.retry,
-                concurrency=cfg.backend.concurrency,
                 flush_s=cfg.generate.flush_s,
                 multi_turn=make_multi_turn(renderer),
                 on_progress=bar.update,
@@ -90,12 +121,10 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
                 bar.update(engine.stats, force=True)
-                for b in backends:
-                    await b.close()
-    return _manifest(cfg, renderer, engine, stats, servers, skipped, started)
+        return _manifest(cfg, renderer, engine, stats, pool, skipped, started)
 
 
-def _manifest(cfg, renderer, engine, stats, servers, skipped, started) -> dict[str, Any]:
+def _manifest(cfg, renderer, engine, stats, pool, skipped, started) -> dict[str, Any]:
     out = cfg.generate_out
     committed = committed_ids(out)
     default, per = plans(cfg)
@@ -109,8 +138,9 @@ def _manifest(cfg, renderer, engine, stats, servers, skipped, started) -> dict[s
         "input": str(cfg.generate_input),
         "backend": {
             "kind": cfg.backend.kind,
-            "lossy": any(b.lossy for b in engine.backends),
-            "servers": servers,
+            "lossy": pool.lossy,
+            "servers": pool.info,
+            "client": pool.describe(),
             **cfg.backend.model_dump(mode="json", exclude={"api_key_env"}),
         },
         "render": renderer.describe(),

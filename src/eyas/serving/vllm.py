@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from eyas.errors import EyasError
@@ -52,6 +53,18 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+@dataclass
+class VLLMProcess:
+    url: str
+    proc: subprocess.Popen
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine children at once (a crash, for tests)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
 @contextlib.contextmanager
 def vllm_server(
     python: str | Path,
@@ -63,6 +76,21 @@ def vllm_server(
     served_name: str = "target",
 ) -> Iterator[str]:
     """Yield the URL of a ready server; stop it (and its children) on exit."""
+    with vllm_process(python, model, args, env, log_path, ready_timeout_s, served_name) as server:
+        yield server.url
+
+
+@contextlib.contextmanager
+def vllm_process(
+    python: str | Path,
+    model: str | Path,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    log_path: str | Path | None = None,
+    ready_timeout_s: float = 300.0,
+    served_name: str = "target",
+) -> Iterator[VLLMProcess]:
+    """`vllm_server`, yielding the process too."""
     python = Path(python)
     if not python.exists():
         raise EyasError("no_vllm", f"--vllm-python {python} does not exist")
@@ -109,6 +137,6 @@ def vllm_server(
                     "server_not_ready", f"vLLM not ready after {ready_timeout_s:.0f}s ({log_path})"
                 )
             time.sleep(1.0)
-        yield url
+        yield VLLMProcess(url, proc)
     finally:
         _stop(proc)

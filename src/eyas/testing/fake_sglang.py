@@ -3,12 +3,14 @@
 Responses reproduce the shape captured from a real SGLang 0.5.23 server
 (`shared/reference/sglang-generate-response.json`) field for field; outputs are deterministic
 functions of the input ids, so tests can predict them. Faults are injected at random per
-request, so a retried request can succeed:
+request (so a retried request can succeed), or in a fixed order on the first requests:
 
     python -m eyas.testing.fake_sglang --port 0 --fault-rate 0.15 \\
         --faults 500,503,429,400,hang,reset,malformed,abort,slow --seed 1
+    python -m eyas.testing.fake_sglang --fault-schedule 500,503,429,reset,malformed,abort,400
     python -m eyas.testing.fake_sglang --tokenizer DIR --context-length 2048 --load-s 2 \\
         --spec-steps 3
+    python -m eyas.testing.fake_sglang --capacity 4 --service-s 0.2   # a slow, busy server
 
 Behaviour that matches SGLang's:
 - with `--tokenizer`, outputs are ids of that vocabulary, shaped like a thinking model's
@@ -16,12 +18,21 @@ Behaviour that matches SGLang's:
   EOS (unless `ignore_eos`), with the matched id kept in `output_ids` and `text` decoded with
   `skip_special_tokens` (SGLang's default: true);
 - `/health` (and `/generate`) answer 503 for `--load-s` seconds after start, while "loading";
-- a prompt of `--context-length` tokens or more is a 400;
+  afterwards `/health` answers 200 while the server serves (SGLang's answers only when its
+  scheduler made progress, `eyas.backends.sglang.conventions`);
+- a prompt of `--context-length` tokens or more is a 400, and one such prompt in a batch fails
+  the whole batch with 400 (SGLang gathers a batch's items);
 - `/get_server_info` serves the server arguments;
-- an abort before prefill returns no ids;
+- an abort before prefill returns no ids; `abort400` is the abort `Req.set_finish_with_abort`
+  builds (`status_code` 400, `err_type` BadRequestError), as a streamed response carries it;
 - with `--spec-steps K`, `meta_info` carries `spec_verify_ct`, `spec_num_correct_drafts` and
   `spec_num_proposed_drafts` as an EAGLE server reports them (the first token comes from
-  prefill; each verify step accepts a deterministic 0..K drafts plus one bonus token).
+  prefill; each verify step accepts a deterministic 0..K drafts plus one bonus token), and, as
+  `fill_spec_decoding_meta` in SGLang's `tokenizer_manager_components/spec_decoding_meta.py`
+  does, none of them when the request had no verify step (a one-token answer);
+- with `--short-every N`, every Nth prompt (by its ids) ends at its first token;
+- with `--capacity N`, at most N requests (or batch calls) are computed at once, each for
+  `--service-s` seconds; the rest wait in the server's queue.
 
 The first stdout line is `PORT <n>` once the server listens.
 """
@@ -35,11 +46,50 @@ import random
 import time
 import uuid
 import zlib
+from collections import Counter
 
 import orjson
 from aiohttp import web
 
-FAULTS = ("500", "503", "429", "400", "hang", "reset", "malformed", "abort", "slow")
+FAULTS = ("500", "503", "429", "400", "hang", "reset", "malformed", "abort", "slow", "abort400")
+
+
+class FaultInjector:
+    """Which fault the next request meets: the next of a fixed `schedule` (then none), else
+    one of `kinds` with probability `rate`. The fake servers share it, so a schedule puts the
+    same faults in front of every stage."""
+
+    def __init__(
+        self,
+        rate: float = 0.0,
+        kinds: tuple[str, ...] = (),
+        seed: int = 0,
+        schedule: tuple[str, ...] = (),
+    ):
+        self.rate = rate
+        self.kinds = kinds
+        self.schedule = list(schedule)
+        self.rng = random.Random(seed)
+        self.injected: Counter = Counter()
+
+    def next(self) -> str | None:
+        if self.schedule:
+            fault: str | None = self.schedule.pop(0)
+        elif self.kinds and self.rng.random() < self.rate:
+            fault = self.rng.choice(self.kinds)
+        else:
+            fault = None
+        if fault:
+            self.injected[fault] += 1
+        return fault
+
+
+def parse_faults(text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    faults = tuple(f for f in text.split(",") if f)
+    unknown = set(faults) - set(allowed)
+    if unknown:
+        raise SystemExit(f"unknown faults {sorted(unknown)}; choose from {allowed}")
+    return faults
 
 
 def fake_output(
@@ -91,16 +141,23 @@ class FakeSGLang:
         context_length: int | None = None,
         load_s: float = 0.0,
         spec_steps: int = 0,
+        schedule: tuple[str, ...] = (),
+        capacity: int | None = None,
+        service_s: float = 0.0,
+        short_every: int = 0,
     ):
-        self.fault_rate = fault_rate
-        self.faults = faults
-        self.rng = random.Random(seed)
+        self.faults = FaultInjector(fault_rate, faults, seed, schedule)
+        self.short_every = short_every
+        self.capacity = capacity
+        self.service_s = service_s
+        self._slots: asyncio.Semaphore | None = None
+        self.num_waiting = 0
+        self.num_running = 0
         self.hang_s = hang_s
         self.slow_s = slow_s
         self.model_path = model_path
         self.fixed_len = fixed_len
         self.num_requests = 0
-        self.num_faults = 0
         self.context_length = context_length
         self.spec_steps = spec_steps
         self.load_s = load_s
@@ -167,7 +224,10 @@ class FakeSGLang:
         self, input_ids, params: dict, rid: str, return_logprob: bool, fault: str | None
     ) -> dict:
         start = time.perf_counter()
-        if self.tokenizer is not None:
+        if self.short_every and zlib.crc32(orjson.dumps(input_ids)) % self.short_every == 0:
+            stop = (list(params.get("stop_token_ids") or []) or [2])[0]
+            ids, finish = [stop], {"type": "stop", "matched": stop}  # ends at its first token
+        elif self.tokenizer is not None:
             ids, finish = self._vocab_output(input_ids, params)
         else:
             ids, finish = fake_output(
@@ -184,6 +244,17 @@ class FakeSGLang:
                     "message": "Abort before prefill",
                     "status_code": None,
                     "err_type": None,
+                },
+            )
+        if fault == "abort400":  # Req.set_finish_with_abort: FINISH_ABORT(msg, 400, ...)
+            ids, finish = (
+                [],
+                {
+                    "type": "abort",
+                    "message": f"Input length ({len(input_ids)} tokens) exceeds the maximum "
+                    "allowed length.",
+                    "status_code": 400,
+                    "err_type": "BadRequestError",
                 },
             )
         meta = {
@@ -206,7 +277,9 @@ class FakeSGLang:
             meta["output_token_logprobs"] = [[-1.0, t, None] for t in ids]
             meta["output_token_logprobs_length"] = len(ids)
         if self.spec_steps and ids:
-            meta.update(self._spec_meta(len(ids), zlib.crc32(orjson.dumps(input_ids))))
+            spec = self._spec_meta(len(ids), zlib.crc32(orjson.dumps(input_ids)))
+            if spec["spec_verify_ct"] > 0:  # SGLang writes none of them otherwise
+                meta.update(spec)
         if self.tokenizer is not None:
             skip = params.get("skip_special_tokens", True)
             text = self.tokenizer.decode(ids, skip_special_tokens=skip)
@@ -218,10 +291,7 @@ class FakeSGLang:
         if (busy := self._loading()) is not None:
             return busy
         self.num_requests += 1
-        fault = None
-        if self.faults and self.rng.random() < self.fault_rate:
-            fault = self.rng.choice(self.faults)
-            self.num_faults += 1
+        fault = self.faults.next()
         if fault in ("500", "503", "429"):
             body = {
                 "object": "error",
@@ -263,6 +333,7 @@ class FakeSGLang:
                 f"({self.context_length} tokens)."
             )
             return web.json_response({"error": {"message": message}}, status=400)
+        await self._serve_slot()
         logprob = bool(payload.get("return_logprob"))
         if isinstance(input_ids[0], list):  # batch form
             plist = params if isinstance(params, list) else [params] * len(input_ids)
@@ -273,6 +344,21 @@ class FakeSGLang:
         else:
             out = self._one(input_ids, params, rid, logprob, fault)
         return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    async def _serve_slot(self) -> None:
+        """With `--capacity`, wait for a free slot and hold it for `--service-s`."""
+        if self.capacity is None:
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        self.num_waiting += 1
+        async with self._slots:
+            self.num_waiting -= 1
+            self.num_running += 1
+            try:
+                await asyncio.sleep(self.service_s)
+            finally:
+                self.num_running -= 1
 
     async def health(self, request: web.Request) -> web.Response:
         return self._loading() or web.Response(status=200)
@@ -288,7 +374,13 @@ class FakeSGLang:
                 "speculative_num_steps": self.spec_steps or None,
                 "max_total_num_tokens": 65536,
                 "max_req_input_len": (self.context_length or 65536) - 1,
-                "internal_states": [{"last_gen_throughput": 0.0}],
+                "internal_states": [
+                    {
+                        "last_gen_throughput": 0.0,
+                        "num_running_reqs": self.num_running,
+                        "num_queue_reqs": self.num_waiting,
+                    }
+                ],
                 "version": "0.5.23-fake",
             }
         )
@@ -368,14 +460,20 @@ class FakeSGLang:
         return app
 
 
+async def serve(app: web.Application) -> int:
+    """Listen on a free port (or `--port`), print `PORT <n>`; the port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", app["port"])
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return port
+
+
 async def _serve(args: argparse.Namespace) -> None:
-    faults = tuple(f for f in args.faults.split(",") if f)
-    unknown = set(faults) - set(FAULTS)
-    if unknown:
-        raise SystemExit(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
     server = FakeSGLang(
         args.fault_rate,
-        faults,
+        parse_faults(args.faults, FAULTS),
         args.seed,
         args.hang_s,
         args.slow_s,
@@ -384,12 +482,14 @@ async def _serve(args: argparse.Namespace) -> None:
         context_length=args.context_length,
         load_s=args.load_s,
         spec_steps=args.spec_steps,
+        schedule=parse_faults(args.fault_schedule, FAULTS),
+        capacity=args.capacity,
+        service_s=args.service_s,
+        short_every=args.short_every,
     )
-    runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    app = server.app()
+    app["port"] = args.port
+    port = await serve(app)
     server.ready_at = time.time() + server.load_s  # "loading" starts now
     print(f"PORT {port}", flush=True)
     await asyncio.Event().wait()
@@ -410,6 +510,12 @@ def main() -> None:
     ap.add_argument("--context-length", type=int, default=None)
     ap.add_argument("--load-s", type=float, default=0.0, help="seconds of 503 while loading")
     ap.add_argument("--spec-steps", type=int, default=0, help="report EAGLE counters for K steps")
+    ap.add_argument("--fault-schedule", default="", help="faults of the first requests, in order")
+    ap.add_argument("--capacity", type=int, default=None, help="requests computed at once")
+    ap.add_argument("--service-s", type=float, default=0.0, help="seconds each one takes")
+    ap.add_argument(
+        "--short-every", type=int, default=0, help="every Nth prompt stops at its first token"
+    )
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))

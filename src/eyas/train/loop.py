@@ -164,22 +164,24 @@ class Trainer:
             self._start_stream()
 
     def _start_stream(self) -> None:
+        from eyas.backends.policy import ClientPolicy
+        from eyas.backends.registry import backend_class, open_pool
+        from eyas.capture.run import capture_settings
         from eyas.train.stream import CaptureStream
 
         cfg = self.cfg
+        remote = backend_class(cfg.capture_backend).remote
+        if remote and not cfg.capture_urls:
+            raise EyasError(
+                "bad_flag", f"--capture-backend {cfg.capture_backend} needs --capture-url"
+            )
+        settings = capture_settings(cfg.target, self.stream_layers, cfg.trust_remote_code)
+        policy = ClientPolicy(concurrency=cfg.capture_concurrency, adaptive=remote)
 
-        def make_backend():
-            if cfg.capture_backend == "local":
-                from eyas.capture.backends import LocalCapture
-
-                return LocalCapture(cfg.target, self.stream_layers, cfg.trust_remote_code)
-            import aiohttp
-
-            from eyas.capture.backends import VLLMCapture
-
-            if not cfg.capture_urls:
-                raise EyasError("bad_flag", "--capture-backend vllm needs --capture-url")
-            return VLLMCapture(cfg.capture_urls[0], aiohttp.ClientSession())
+        def pool():  # every --capture-url, under the client policy; closed with the stream
+            return open_pool(
+                cfg.capture_backend, settings, cfg.capture_urls, policy, operation="capture"
+            )
 
         def global_batch(position: int) -> list[Sequence]:
             return [self.seqs[i] for i in self._global_batch(position)]
@@ -187,7 +189,7 @@ class Trainer:
         self.stream = CaptureStream(
             cfg.out / "spool",
             global_batch,
-            make_backend,
+            pool,
             cfg.capture_ahead,
             cfg.steps * cfg.grad_accum,
             torch.bfloat16 if self.device.startswith("cuda") else torch.float32,

@@ -2,7 +2,8 @@
 
 Always sends `max_new_tokens` (server default 128), the profile's `stop_token_ids` and
 `skip_special_tokens: false`; keeps `output_ids` exactly. A non-200 status and a 200 whose
-`finish_reason.type` is `abort` are both failures (docs/formats.md).
+`finish_reason.type` is `abort` are both failures, classified by status (see
+`eyas.backends.sglang.conventions`: an abort SGLang marks 400 is permanent).
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ import aiohttp
 import orjson
 
 from eyas.backends.base import (
-    TRANSPORT_ERRORS,
     BackendError,
+    BackendSettings,
     Generation,
     GenRequest,
+    Progress,
+    get_text,
     json_headers,
     post_bytes,
     sampling_params,
     wait_http_ready,
 )
+from eyas.backends.reasons import TRANSPORT_ERRORS, status_reason
+from eyas.backends.sglang.conventions import HEALTH_PATH, SPEC_META_KEYS
 
 
 def sglang_payload(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
@@ -42,8 +47,19 @@ def parse_sglang_response(body: bytes) -> Generation:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BackendError("malformed_response", f"not JSON: {body[:200]!r}", True) from exc
+        raise BackendError("malformed_response", f"not JSON: {body[:200]!r}") from exc
     return parse_sglang_item(obj)
+
+
+def abort_error(finish: dict) -> BackendError:
+    """An abort, classified by the status SGLang gave it: none is transient (`server_abort`:
+    a scheduler abort, a client disconnect); 400 is the request's fault (`bad_request`);
+    500/503 the server's (`server_error`)."""
+    status = finish.get("status_code")
+    message = str(finish.get("message", ""))
+    if isinstance(status, int):
+        return BackendError(status_reason(status), f"SGLang abort ({status}): {message}", status)
+    return BackendError("server_abort", message)
 
 
 def parse_sglang_item(obj: Any) -> Generation:
@@ -53,14 +69,12 @@ def parse_sglang_item(obj: Any) -> Generation:
         finish = meta["finish_reason"]
         output_ids = obj["output_ids"]
     except (KeyError, TypeError) as exc:
-        raise BackendError("malformed_response", f"{type(exc).__name__}: {exc}", True) from exc
+        raise BackendError("malformed_response", f"{type(exc).__name__}: {exc}") from exc
     kind = finish.get("type") if isinstance(finish, dict) else None
     if kind == "abort":
-        raise BackendError(
-            "server_abort", str(finish.get("message", "")), True, finish.get("status_code")
-        )
+        raise abort_error(finish)
     if kind not in ("stop", "length") or not isinstance(output_ids, list):
-        raise BackendError("malformed_response", f"finish_reason={finish!r}", True)
+        raise BackendError("malformed_response", f"finish_reason={finish!r}")
     matched = finish.get("matched") if kind == "stop" else None
     info = {
         k: meta[k]
@@ -71,6 +85,7 @@ def parse_sglang_item(obj: Any) -> Generation:
             "cached_tokens",
             "e2e_latency",
             "weight_version",
+            *SPEC_META_KEYS,
         )
         if k in meta
     }
@@ -86,34 +101,38 @@ class SGLangBackend:
     """POST /generate. With `batch_size` > 1, requests that arrive in the same event-loop tick
     go out as one SGLang batch (`input_ids` as a list of lists, one `sampling_params` dict per
     item): fewer HTTP round trips for client and server; each item still succeeds, fails and
-    retries on its own (an HTTP error fails the whole batch, and every item is retried)."""
+    retries on its own. An HTTP error fails the whole batch; a 400 is resent item by item,
+    because SGLang answers a batch with 400 when any one item is bad (its tokenizer manager
+    gathers the items and the first `ValueError` becomes the response)."""
 
     name = "sglang"
     lossy = False
+    remote = True
+    operations = frozenset({"generate"})
 
     def __init__(
         self,
         url: str,
         session: aiohttp.ClientSession,
         stop_token_ids: list[int],
-        timeout_s: float = 600.0,
         api_key: str | None = None,
         batch_size: int = 1,
     ):
         self.url = url.rstrip("/")
         self.session = session
         self.stop_token_ids = stop_token_ids
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.batch_size = batch_size
         self.headers = json_headers(api_key)
         self._pending: list[tuple[GenRequest, asyncio.Future]] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
 
+    @classmethod
+    def from_settings(cls, settings: BackendSettings, *, url, session) -> SGLangBackend:
+        return cls(url, session, settings.stop_token_ids, settings.api_key, settings.batch_size)
+
     async def _post(self, payload: bytes) -> bytes:
-        return await post_bytes(
-            self.session, self.url + "/generate", payload, self.headers, self.timeout
-        )
+        return await post_bytes(self.session, self.url + "/generate", payload, self.headers)
 
     async def generate(self, request: GenRequest) -> Generation:
         if self.batch_size > 1:
@@ -140,11 +159,17 @@ class SGLangBackend:
                 self._pending[: self.batch_size],
                 self._pending[self.batch_size :],
             )
-            task = asyncio.get_running_loop().create_task(self._send_batch(items))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(items)
+
+    def _spawn(self, items: list[tuple[GenRequest, asyncio.Future]]) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_batch(items))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _send_batch(self, items: list[tuple[GenRequest, asyncio.Future]]) -> None:
+        items = [(r, f) for r, f in items if not f.done()]  # the pool gave up on the others
+        if not items:
+            return
         payloads = [sglang_payload(r, self.stop_token_ids) for r, _ in items]
         batch = {
             "input_ids": [p["input_ids"] for p in payloads],
@@ -157,10 +182,14 @@ class SGLangBackend:
             try:
                 objs = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
-                raise BackendError("malformed_response", f"not JSON: {body[:200]!r}", True) from exc
+                raise BackendError("malformed_response", f"not JSON: {body[:200]!r}") from exc
             if not isinstance(objs, list) or len(objs) != len(items):
-                raise BackendError("malformed_response", "batch answer of the wrong length", True)
+                raise BackendError("malformed_response", "batch answer of the wrong length")
         except BackendError as exc:
+            if exc.reason == "bad_request" and len(items) > 1:
+                for item in items:  # find the bad item; the others are fine
+                    self._spawn([item])
+                return
             for _, fut in items:
                 if not fut.done():
                     fut.set_exception(exc)
@@ -177,6 +206,12 @@ class SGLangBackend:
             gen.meta["latency_s"] = elapsed
             fut.set_result(gen)
 
+    async def progress(self) -> Progress:
+        """SGLang's `/health` answers 200 only when its scheduler has sent output within the
+        last 20 s (see the conventions): an answer is itself progress."""
+        status, _ = await get_text(self.session, self.url + HEALTH_PATH, self.headers)
+        return Progress(alive=status == 200)
+
     async def ready(self, timeout_s: float) -> dict[str, Any]:
         await wait_http_ready(self.session, self.url, ("/health", "/health_generate"), timeout_s)
         info: dict[str, Any] = {"url": self.url}
@@ -185,11 +220,19 @@ class SGLangBackend:
                 async with self.session.get(self.url + path, headers=self.headers) as r:
                     if r.status == 200:
                         data = orjson.loads(await r.read())
-                        keep = ("model_path", "tokenizer_path", "weight_version", "version")
+                        keep = (
+                            "model_path",
+                            "tokenizer_path",
+                            "weight_version",
+                            "version",
+                            "speculative_algorithm",
+                            "speculative_num_steps",
+                        )
                         info.update({k: data[k] for k in keep if k in data})
             except (*TRANSPORT_ERRORS, orjson.JSONDecodeError):
                 pass
         return info
 
     async def close(self) -> None:
-        return None
+        for task in list(self._tasks):
+            task.cancel()

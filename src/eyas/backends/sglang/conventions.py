@@ -35,9 +35,45 @@ USE_AUX_KEY = "use_aux_hidden_state"
 
 # `python/sglang/srt/managers/tokenizer_manager_components/spec_decoding_meta.py`
 # `fill_spec_decoding_meta`: these keys are written into `meta_info` only when the request's
-# `spec_verify_ct` is > 0 (a request that stops at its first token carries none of them).
+# `spec_verify_ct` is > 0 (a request that stops at its first token carries none of them), so a
+# missing `spec_verify_ct` is zero verify steps, not a server without speculation.
 VERIFY_COUNT_KEY = "spec_verify_ct"
 ACCEPT_LENGTH_KEY = "spec_accept_length"
+SPEC_META_KEYS = (
+    VERIFY_COUNT_KEY,
+    ACCEPT_LENGTH_KEY,
+    "spec_accept_rate",
+    "spec_accepted_drafts",
+    "spec_proposed_drafts",
+    "spec_num_correct_drafts",  # the names of another build of the same function
+    "spec_num_proposed_drafts",
+    "spec_accept_histogram",
+)
+
+# **Aborts.** `python/sglang/srt/managers/schedule_batch.py`: `FINISH_ABORT(message,
+# status_code, err_type).to_json()` is `{"type": "abort", "message", "status_code",
+# "err_type"}`. `Req.set_finish_with_abort(error_msg)` (an invalid request, e.g. an input
+# longer than `validate_input_length` allows) sets `FINISH_ABORT(error_msg,
+# HTTPStatus.BAD_REQUEST, "BadRequestError")`; a plain `FINISH_ABORT()` (an abort request, a
+# client that went away) has no status. `tokenizer_manager.py`
+# `TokenizerManager._handle_abort_finish_reason` turns a 400 abort into `ValueError` (HTTP
+# 400) and a 500/503 abort into `HTTPException` of that status for non-streamed requests, and
+# passes the abort object through otherwise. So an abort's `status_code` decides: 400 is
+# permanent, 5xx and none are transient. A batch `/generate` gathers its items, so one bad
+# item answers the whole batch with HTTP 400.
+ABORT_STATUS_KEY = "status_code"
+
+# **Liveness.** `python/sglang/srt/entrypoints/http_server.py` `health_generate` (serving both
+# `/health` and `/health_generate`) answers 200 only when the tokenizer manager has received
+# output from the scheduler since the check began ("As long as we receive any response from
+# the detokenizer/scheduler, we consider the server is healthy"; `HEALTH_CHECK_TIMEOUT`, 20 s,
+# else 503). A busy scheduler sends output even for non-streamed requests every
+# `DEFAULT_FORCE_STREAM_INTERVAL` tokens (`scheduler_output_processor_mixin.py`
+# `stream_output_generation`), so a 200 proves the scheduler is making progress. (`/metrics`,
+# only with `--enable-metrics`, counts `sglang:generation_tokens_total` when requests finish,
+# `python/sglang/srt/metrics/collector.py` `TokenizerMetricsCollector`, so it cannot show a long
+# request's progress.)
+HEALTH_PATH = "/health"
 
 
 def to_sglang_layer_ids(hf_ids: list[int]) -> list[int]:

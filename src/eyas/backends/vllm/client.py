@@ -1,28 +1,37 @@
-"""vLLM with token ids in and out (docs/formats.md).
+"""vLLM with token ids in and out (docs/formats.md): generation, hidden-state capture, the
+speculative-decoding counters and the server's progress, from one backend object.
 
-`/v1/completions` with a token-id `prompt` and `return_token_ids: true` (the returned
-`prompt_token_ids` must equal what was sent), or `/inference/v1/generate` (needs the server
-flag `--enable-scale-out`, else HTTP 403).
+Generation: `/v1/completions` with a token-id `prompt` and `return_token_ids: true` (the
+returned `prompt_token_ids` must equal what was sent), or `/inference/v1/generate` (needs the
+server flag `--enable-scale-out`, else HTTP 403). Capture: the full sequence as the prompt and
+one new token, on a server started with `vllm_capture_args` (`eyas.backends.vllm.capture`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import aiohttp
 import orjson
+import torch
 
 from eyas.backends.base import (
-    TRANSPORT_ERRORS,
     BackendError,
+    BackendSettings,
     Generation,
     GenRequest,
+    Progress,
+    get_text,
     json_headers,
     post_bytes,
     sampling_params,
     wait_http_ready,
 )
+from eyas.backends.reasons import TRANSPORT_ERRORS
+from eyas.backends.vllm.capture import read_capture_file
+from eyas.backends.vllm.conventions import METRICS_PATH, parse_progress, parse_spec_metrics
 
 
 def _sampling(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
@@ -40,9 +49,9 @@ def _sampling(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
 def _finish(choice: dict, output_ids: list[int]) -> Generation:
     reason = choice.get("finish_reason")
     if reason == "abort":
-        raise BackendError("server_abort", "vLLM finish_reason abort", True)
+        raise BackendError("server_abort", "vLLM finish_reason abort")
     if reason not in ("stop", "length") or not isinstance(output_ids, list):
-        raise BackendError("malformed_response", f"finish_reason={reason!r}", True)
+        raise BackendError("malformed_response", f"finish_reason={reason!r}")
     matched = choice.get("stop_reason")
     if reason == "stop" and matched is None and output_ids:
         matched = output_ids[-1]  # EOS: vLLM reports stop_reason null
@@ -52,13 +61,14 @@ def _finish(choice: dict, output_ids: list[int]) -> Generation:
 class VLLMBackend:
     name = "vllm"
     lossy = False
+    remote = True
+    operations = frozenset({"generate", "capture", "spec_metrics"})
 
     def __init__(
         self,
         url: str,
         session: aiohttp.ClientSession,
         stop_token_ids: list[int],
-        timeout_s: float = 600.0,
         api_key: str | None = None,
         endpoint: str = "completions",
         model: str | None = None,
@@ -68,19 +78,30 @@ class VLLMBackend:
         self.url = url.rstrip("/")
         self.session = session
         self.stop_token_ids = stop_token_ids
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.endpoint = endpoint
         self.model = model
         self.headers = json_headers(api_key)
 
-    async def _post(self, path: str, payload: dict) -> dict:
-        body = await post_bytes(
-            self.session, self.url + path, orjson.dumps(payload), self.headers, self.timeout
+    @classmethod
+    def from_settings(cls, settings: BackendSettings, *, url, session) -> VLLMBackend:
+        return cls(
+            url,
+            session,
+            settings.stop_token_ids,
+            settings.api_key,
+            settings.vllm_endpoint,
+            settings.served_model,
         )
+
+    async def _post(self, path: str, payload: dict) -> dict:
+        body = await post_bytes(self.session, self.url + path, orjson.dumps(payload), self.headers)
         try:
-            return orjson.loads(body)
+            obj = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise BackendError("malformed_response", repr(body[:200]), True) from exc
+            raise BackendError("malformed_response", repr(body[:200])) from exc
+        if not isinstance(obj, dict):
+            raise BackendError("malformed_response", repr(body[:200]))
+        return obj
 
     async def generate(self, request: GenRequest) -> Generation:
         start = time.perf_counter()
@@ -98,7 +119,7 @@ class VLLMBackend:
                 echoed = choice.get("prompt_token_ids")
                 if echoed is not None and echoed != request.prompt_ids:
                     raise BackendError(
-                        "prompt_mismatch", "server prompt_token_ids differ from the ids sent", False
+                        "prompt_mismatch", "server prompt_token_ids differ from the ids sent"
                     )
                 gen = _finish(choice, choice["token_ids"])
             else:
@@ -113,7 +134,7 @@ class VLLMBackend:
                 choice = obj["choices"][0]
                 gen = _finish(choice, choice["token_ids"])
         except (KeyError, IndexError, TypeError) as exc:
-            raise BackendError("malformed_response", f"{type(exc).__name__}: {exc}", True) from exc
+            raise BackendError("malformed_response", f"{type(exc).__name__}: {exc}") from exc
         gen.meta.update(
             {
                 "latency_s": time.perf_counter() - start,
@@ -121,6 +142,46 @@ class VLLMBackend:
             }
         )
         return gen
+
+    async def capture(self, request_id: str, ids: list[int]) -> torch.Tensor:
+        """The prompt's hidden states [T, L, H]: one completion of one token; the connector
+        writes the states to shared storage and the response names the file."""
+        payload = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "return_token_ids": True,
+        }
+        obj = await self._post("/v1/completions", payload)
+        choices = obj.get("choices") or [{}]
+        if isinstance(choices[0], dict) and choices[0].get("finish_reason") == "abort":
+            raise BackendError("server_abort", f"{request_id}: vLLM finish_reason abort")
+        path = (obj.get("kv_transfer_params") or {}).get("hidden_states_path")
+        if not isinstance(path, str):
+            raise BackendError(
+                "no_hidden_states",
+                "the response names no hidden_states_path: is the server running with "
+                "--speculative-config extract_hidden_states and the eyas connector?",
+            )
+        data = await asyncio.to_thread(read_capture_file, path)
+        if data["token_ids"].tolist() != list(ids):
+            raise BackendError("prompt_mismatch", f"{path}: token ids differ from those sent")
+        return data["hidden_states"]
+
+    async def spec_metrics(self) -> dict[str, Any]:
+        """vLLM's speculative-decoding counters now (see `parse_spec_metrics`)."""
+        status, text = await get_text(self.session, self.url + METRICS_PATH, self.headers)
+        if status != 200:
+            raise BackendError("http_error", f"{self.url}{METRICS_PATH} -> HTTP {status}", status)
+        return parse_spec_metrics(text)
+
+    async def progress(self) -> Progress:
+        status, text = await get_text(self.session, self.url + METRICS_PATH, self.headers)
+        if status != 200:
+            return Progress(alive=False)
+        work, busy = parse_progress(text)
+        return Progress(alive=True, work=work, busy=busy)
 
     async def ready(self, timeout_s: float) -> dict[str, Any]:
         await wait_http_ready(self.session, self.url, ("/health", "/v1/models"), timeout_s)

