@@ -34,27 +34,39 @@ def _pending_prompt(renderer):
 def test_second_turn_is_asked_after_the_models_own_answer(chatml_dir):
     r = Renderer(chatml_dir)
     end = r.stop_token_ids()[0]
-    seen = []
-
-    def answer(ids):
-        seen.append(ids)
-        return [*r.encode("Blue."), end]
-
     p = _pending_prompt(r)
-    (follow,), stopped = follow_up_prompts([p], r, answer)
-    assert seen == [p["prompt_ids"]] and stopped == {}
-    assert follow["id"] == "q#3" and follow["turn"] == 3
+    (follow,), stopped = follow_up_prompts([p], {"q": [*r.encode("Blue."), end]}, r)
+    assert stopped == {}
+    assert follow["id"] == "q#3" and follow["turn"] == 3 and follow["follows"] == "q"
     text = r.tokenizer.decode(follow["prompt_ids"])
     assert text.endswith(
         "Name a colour.<|im_end|>\n<|im_start|>assistant\nBlue.<|im_end|>\n"
         "<|im_start|>user\nAnd another one?<|im_end|>\n<|im_start|>assistant\n"
     )
+    # the last answer turn: nothing follows it
+    assert follow_up_prompts([follow], {"q#3": [end]}, r) == ([], {})
 
 
-def test_a_truncated_own_answer_ends_the_conversation(chatml_dir):
+def test_each_round_asks_the_next_turn_after_every_own_answer_before_it(chatml_dir):
     r = Renderer(chatml_dir)
-    out, stopped = follow_up_prompts([_pending_prompt(r)], r, lambda ids: r.encode("Blue and"))
-    assert out == [] and stopped == {"truncated_turn": 1}
+    end = r.stop_token_ids()[0]
+    p = _pending_prompt(r)
+    p["messages"] += [{"role": "assistant", "content": None}, {"role": "user", "content": "Why?"}]
+    (second,), _ = follow_up_prompts([p], {"q": [*r.encode("Blue."), end]}, r)
+    (third,), _ = follow_up_prompts([second], {"q#3": [*r.encode("Red."), end]}, r)
+    assert (third["id"], third["turn"], third["follows"]) == ("q#5", 5, "q#3")
+    assert r.tokenizer.decode(third["prompt_ids"]).endswith(
+        "assistant\nBlue.<|im_end|>\n<|im_start|>user\nAnd another one?<|im_end|>\n"
+        "<|im_start|>assistant\nRed.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_a_conversation_stops_where_its_own_answer_cannot_be_followed(chatml_dir):
+    r = Renderer(chatml_dir)
+    prompts = [{**_pending_prompt(r), "id": name} for name in ("cut", "failed")]
+    out, stopped = follow_up_prompts(prompts, {"cut": r.encode("Blue and")}, r)
+    assert out == [] and stopped == {"truncated_turn": 1, "earlier_turn_failed": 1}
 
 
 @pytest.mark.slow

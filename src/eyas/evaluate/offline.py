@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import torch
@@ -12,13 +13,20 @@ import torch
 from eyas.config import EvalConfig
 from eyas.drafter.load import load_drafter
 from eyas.evaluate.metrics import acceptance_metrics
+from eyas.evaluate.prompts import FollowUps, Rounds
 from eyas.evaluate.speculative import greedy_reference, speculative_decode
 from eyas.hf_models import load_frozen_lm
 
 
 def evaluate_offline(
-    cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print
+    cfg: EvalConfig,
+    prompts: list[dict],
+    log: Callable[[str], None] = print,
+    *,
+    follow_ups: FollowUps | None = None,
 ) -> dict[str, Any]:
+    """`prompts`, then each round `follow_ups` builds from the outputs (`Rounds`), with the
+    target loaded once for all of them; the result adds every prompt's `outputs`."""
     from eyas.render.renderer import Renderer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -31,7 +39,8 @@ def evaluate_offline(
     mismatches: list[str] = []
     start = time.time()
     tokens = 0
-    for p in prompts:
+    rounds = Rounds(prompts, follow_ups)
+    for p in chain.from_iterable(rounds):  # lazily: a round is built after the one before
         res = speculative_decode(
             target,
             drafter,
@@ -46,6 +55,7 @@ def evaluate_offline(
             num_draft_tokens=width,
         )
         tokens += len(res.tokens)
+        rounds.outputs[p["id"]] = res.tokens
         per_ds[p["dataset"]]["accepted"] += res.accepted
         per_ds[p["dataset"]]["produced"] += res.produced
         if (
@@ -63,10 +73,12 @@ def evaluate_offline(
         "datasets": {
             name: {
                 **acceptance_metrics(d["accepted"], d["produced"], width),
-                "prompts": sum(1 for p in prompts if p["dataset"] == name),
+                "prompts": sum(1 for p in rounds.prompts if p["dataset"] == name),
             }
             for name, d in sorted(per_ds.items())
         },
         "seconds": round(time.time() - start, 2),
         "output_tokens": tokens,
+        "outputs": rounds.outputs,
+        "rounds": rounds.sizes,
     }

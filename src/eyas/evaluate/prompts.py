@@ -5,7 +5,8 @@ acceptance lengths), at most `limit` conversations per dataset.
 Every turn the model answers is a prompt, on the history it answers: a rendered row is
 prompted at its answer turn (`eyas.render.renderer.answer_turn`), and a conversation whose
 later turns follow the model's own answers (MT-Bench's second question, BFCL's turns) gets
-those later prompts from `follow_up_prompts`, on the target's own answers. A generate-stage
+those later prompts from `follow_up_prompts`, round by round (`Rounds`), on the evaluated
+run's own answers (at temperature 0 the target's greedy answers). A generate-stage
 sample that holds a whole regenerated conversation (`loss_mask`) gives one prompt per
 regenerated turn, each on the regenerated history before it.
 """
@@ -13,7 +14,7 @@ regenerated turn, each on the regenerated history before it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from eyas.store import load_table, read_rendered
@@ -67,15 +68,19 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
     return kept
 
 
-Answer = Callable[[list[int]], list[int]]  # prompt ids -> the target's own output ids
+def follow_up_prompts(
+    prompts: list[dict], outputs: Mapping[str, list[int]], renderer
+) -> tuple[list[dict], dict[str, int]]:
+    """The next round's prompts: for each prompt of this round whose conversation goes on (a
+    row with a turn the source leaves to the model, `is_unanswered`, or a follow-up itself),
+    the next answer turn, asked after this prompt's own output (`outputs[id]`) and rendered by
+    the target's template. A follow-up's `messages` are the conversation with the answers it
+    was asked after in place, `follows` names the prompt it follows.
 
-
-def follow_up_prompts(prompts: list[dict], renderer, answer: Answer) -> tuple[list[dict], dict]:
-    """The prompts of the turns after each row's answer turn that the source leaves to the
-    model (`is_unanswered`, and the final question): each on the target's own answers before
-    it, rendered by the target's template. Returns (prompts, {reason: conversations stopped}):
-    an answer that calls a tool ends its conversation (`tool_results_unavailable`: the source
-    has no results for it), one cut by max_new_tokens too (`truncated_turn`)."""
+    Returns (prompts, {reason: conversations stopped}): an answer that calls a tool ends its
+    conversation (`tool_results_unavailable`: the source has no results for it), one cut by
+    max_new_tokens too (`truncated_turn`), and so does a request that failed for good
+    (`earlier_turn_failed`: there is no answer to ask after)."""
     from eyas.generate.multiturn import output_to_message
     from eyas.render.renderer import answer_turns, is_unanswered
 
@@ -84,25 +89,76 @@ def follow_up_prompts(prompts: list[dict], renderer, answer: Answer) -> tuple[li
     stop_ids = set(renderer.stop_token_ids())
     for p in prompts:
         messages, _ = renderer.prepare_messages(p.get("messages") or [])
-        if not any(is_unanswered(m) for m in messages):
-            continue
+        if "follows" not in p and not any(is_unanswered(m) for m in messages):
+            continue  # a row the source answers: its one prompt is the whole evaluation
         turn = p.get("turn", -1)
-        later = [t for t in answer_turns(messages) if turn >= 0 and t > turn]
-        prompt_ids, history = p["prompt_ids"], messages[:turn]
-        cursor = turn
-        for t in later:
-            output = answer(prompt_ids)
-            reply = output_to_message(renderer, output)
-            if reply.get("tool_calls"):
-                stopped["tool_results_unavailable"] += 1
-                break
-            if not output or output[-1] not in stop_ids:
-                stopped["truncated_turn"] += 1
-                break
-            history = [*history, reply, *messages[cursor + 1 : t]]
-            cursor = t
-            prepared, _ = renderer.prepare_messages(history)
-            text = renderer.render_text(prepared, p.get("tools"), add_generation_prompt=True)
-            prompt_ids = renderer.encode(text)
-            out.append({**p, "id": f"{p['id']}#{t}", "prompt_ids": prompt_ids, "turn": t})
+        t = next((t for t in answer_turns(messages) if turn >= 0 and t > turn), None)
+        if t is None:
+            continue  # the conversation's last answer turn
+        output = outputs.get(p["id"])
+        if output is None:
+            stopped["earlier_turn_failed"] += 1
+            continue
+        reply = output_to_message(renderer, output)
+        if reply.get("tool_calls"):
+            stopped["tool_results_unavailable"] += 1
+            continue
+        if not output or output[-1] not in stop_ids:
+            stopped["truncated_turn"] += 1
+            continue
+        filled = [*messages[:turn], reply, *messages[turn + 1 :]]
+        prepared, _ = renderer.prepare_messages(filled[:t])
+        text = renderer.render_text(prepared, p.get("tools"), add_generation_prompt=True)
+        conversation = p.get("conversation", p["id"])
+        out.append(
+            {
+                **p,
+                "id": f"{conversation}#{t}",
+                "prompt_ids": renderer.encode(text),
+                "messages": filled,
+                "turn": t,
+                "conversation": conversation,
+                "follows": p["id"],
+            }
+        )
     return out, dict(stopped)
+
+
+FollowUps = Callable[[list[dict], Mapping[str, list[int]]], list[dict]]
+"""This round's prompts and the outputs so far (prompt id -> output ids) -> the next round's."""
+
+
+class Rounds:
+    """The prompts of an evaluation, round by round: iterating yields each round's prompts;
+    the next round is built by `follow_ups` once every prompt of this one has its output in
+    `outputs` (the evaluator writes them there), until a round is empty. At temperature 0 a
+    lossless run's outputs are the target's greedy answers, so later turns are asked after
+    exactly those; above it, after the run's own samples.
+
+    `history` keeps every round's prompts (a baseline run replays them: `replay`)."""
+
+    def __init__(self, first: list[dict], follow_ups: FollowUps | None = None) -> None:
+        self.first, self.follow_ups = first, follow_ups
+        self.outputs: dict[str, list[int]] = {}
+        self.history: list[list[dict]] = []
+
+    def __iter__(self) -> Iterator[list[dict]]:
+        pending = self.first
+        while pending:
+            self.history.append(pending)
+            yield pending
+            pending = self.follow_ups(pending, self.outputs) if self.follow_ups else []
+
+    @property
+    def prompts(self) -> list[dict]:
+        """Every prompt evaluated so far, in order."""
+        return [p for r in self.history for p in r]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(r) for r in self.history]
+
+    def replay(self) -> Rounds:
+        """The same rounds again, for a run that must answer the same prompts (a baseline)."""
+        later = iter(self.history[1:])
+        return Rounds(self.history[0] if self.history else [], lambda *_: next(later, []))

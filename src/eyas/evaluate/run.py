@@ -3,15 +3,27 @@
     eyas eval --target MODEL_DIR --drafter runs/x/drafter --input runs/x/prepare --k 3 \\
         [--temperature 0] [--max-new-tokens 256] [--limit 50] [--json eval.json]
     eyas eval ... --topk 4 --num-draft-tokens 8          # tree drafts (offline)
-    eyas eval ... --backend vllm --vllm-python PY         # inside vLLM (starts a server)
-    eyas eval ... --backend sglang --url http://h:30000   # a served SGLang with the drafter
+    eyas eval ... --backend vllm --vllm-python PY         # inside vLLM (eyas starts the servers)
+    eyas eval ... --backend sglang --url http://h:30000 [--baseline-url http://b:30000]
     eyas eval --target DIR --drafter DIR --bench mt_bench,humaneval,bfcl_simple_python \\
         [--html card.html]                                # the model-card table
 
 Offline (`local`) evaluation runs lossless speculative decoding with the target and the
-drafter in this process; served backends read the engine's own acceptance counters. At
-temperature 0 every output is compared with the target's greedy decoding; any mismatch makes
-`lossless` false (exit 1). Settings are reported with every number.
+drafter in this process, and at temperature 0 compares every output with the target's greedy
+decoding. Served backends read the engine's own acceptance counters and never load the target
+here: their lossless check compares with the same engine serving the target without a drafter
+(`--baseline-url`, or a server eyas starts with `--vllm-python`), run twice, and is off, with a
+note in the result, without one (`eyas.evaluate.served`). A failed check makes `lossless`
+false (exit 1). Settings are reported with every number.
+
+**Rounds.** A conversation whose later user turns the source leaves to follow the model's own
+answers (MT-Bench's second question, BFCL's multi-turn rows) is evaluated in rounds: round 1 is
+the prompts as given; the evaluator returns every prompt's output ids, and the next round's
+prompts are built from them (`eyas.evaluate.prompts.follow_up_prompts`), until a round is
+empty. The engine being evaluated answers the earlier turns: at temperature 0 a lossless
+speculative output is the target's greedy answer; above it, the later turns follow the run's
+own samples (`follow_ups.asked_after` says which). The target (offline) or the servers (served)
+stay loaded for all rounds, and the figures of every dataset are summed over them.
 
 `--bench` evaluates benchmark prompt sets from the cache (`tools/bench_data.sh`), converted
 and rendered with the target's own template like `--input`, and reports a model-card table:
@@ -19,19 +31,19 @@ acceptance length per benchmark at the configuration published drafters report (
 `--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`, as
 SpecForge's `benchmarks/bench_eagle3.py` runs it; 4 counts the verified token, so eyas's
 chain K = 3) and at the user's, thinking on and off as separate rows when the model format has
-a thinking switch.
+a thinking switch; each configuration runs its own rounds.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eyas import __version__
 from eyas.config import EvalConfig
 from eyas.errors import EyasError
-from eyas.evaluate.prompts import follow_up_prompts, load_prompts
+from eyas.evaluate import prompts as eval_prompts
 
 METRIC = (
     "acceptance_length = tokens per target verify step, bonus included (SGLang definition; "
@@ -42,21 +54,81 @@ PUBLISHED = {"k": 3, "topk": 1, "num_draft_tokens": 3}
 PUBLISHED_LABEL = "steps 3, topk 1, 4 draft tokens"
 
 
-def _dispatch(cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None]) -> dict:
+def _dispatch(
+    cfg: EvalConfig,
+    prompts: list[dict],
+    log: Callable[[str], None],
+    *,
+    renderers: Mapping[str, Any] | None = None,
+) -> dict:
+    """Every round of `prompts` through the configured evaluator (`renderers`: dataset -> the
+    renderer of its mode, else the target's default); the result carries the follow-up
+    provenance (`follow_ups`), the outputs stay out of it."""
+    follow = _FollowUps(cfg, prompts, renderers or {})
     if cfg.backend == "local":
-        from eyas.evaluate.offline import evaluate_offline
+        from eyas.evaluate.offline import evaluate_offline as evaluate
+    elif cfg.backend == "vllm":
+        from eyas.evaluate.served import evaluate_vllm as evaluate
+    else:
+        from eyas.evaluate.served import evaluate_sglang as evaluate
+    result = evaluate(cfg, prompts, log, follow_ups=follow if follow.active else None)
+    result.pop("outputs", None)  # every prompt's ids: what the rounds need, not the report
+    result["follow_ups"] = follow.describe(result.get("rounds") or [len(prompts)])
+    return result
 
-        return evaluate_offline(cfg, prompts, log)
-    if cfg.backend == "vllm":
-        from eyas.evaluate.served import evaluate_vllm
 
-        return evaluate_vllm(cfg, prompts, log)
-    from eyas.evaluate.served import evaluate_sglang
+class _FollowUps:
+    """The next round's prompts from this round's outputs (`follow_up_prompts`), each prompt
+    rendered in its dataset's mode (a benchmark set per thinking mode); counts, per dataset,
+    the conversations that stopped early and why."""
 
-    return evaluate_sglang(cfg, prompts, log)
+    def __init__(self, cfg: EvalConfig, prompts: list[dict], renderers: Mapping[str, Any]) -> None:
+        from eyas.render.renderer import has_unanswered
+
+        self.cfg = cfg
+        self.active = any(has_unanswered(p.get("messages") or []) for p in prompts)
+        self.renderers = dict(renderers)
+        self.default = None
+        self.stopped: dict[str, Counter] = defaultdict(Counter)
+
+    def _renderer(self, dataset: str):
+        if dataset in self.renderers:
+            return self.renderers[dataset]
+        if self.default is None:
+            from eyas.render.renderer import Renderer
+
+            self.default = Renderer(self.cfg.target, trust_remote_code=self.cfg.trust_remote_code)
+        return self.default
+
+    def __call__(self, prompts: list[dict], outputs: Mapping[str, list[int]]) -> list[dict]:
+        by_ds: dict[str, list[dict]] = defaultdict(list)
+        for p in prompts:
+            by_ds[p["dataset"]].append(p)
+        out: list[dict] = []
+        for name, rows in by_ds.items():
+            more, stopped = eval_prompts.follow_up_prompts(rows, outputs, self._renderer(name))
+            self.stopped[name].update(stopped)
+            out += more
+        return out
+
+    def describe(self, rounds: list[int]) -> dict[str, Any]:
+        t = self.cfg.temperature
+        asked_after = (
+            "the evaluated run's own outputs: at temperature 0 a lossless speculative output "
+            "is the target's greedy answer"
+            if t == 0
+            else f"the evaluated run's own samples at temperature {t}: there is no single "
+            "target answer, and another run asks the later turns after other answers"
+        )
+        return {
+            "asked_after": asked_after if self.active else None,
+            "rounds": rounds,
+            "stopped": dict(sum(self.stopped.values(), Counter())),
+            "stopped_by_dataset": {name: dict(c) for name, c in sorted(self.stopped.items())},
+        }
 
 
-def _settings(cfg: EvalConfig, result: dict, prompts: list[dict]) -> dict[str, Any]:
+def _settings(cfg: EvalConfig, result: dict) -> dict[str, Any]:
     return {
         "backend": cfg.backend,
         "k": cfg.k,
@@ -66,61 +138,19 @@ def _settings(cfg: EvalConfig, result: dict, prompts: list[dict]) -> dict[str, A
         "temperature": cfg.temperature,
         "batch_size": result.pop("batch_size", 1),
         "max_new_tokens": cfg.max_new_tokens,
-        "prompts": len(prompts),
+        "prompts": sum(result["follow_ups"]["rounds"]),
         "metric": METRIC,
     }
-
-
-class _TargetAnswers:
-    """The target's own greedy answer (what later turns are asked after), computed in this
-    process; the target is loaded on first use only."""
-
-    def __init__(self, cfg: EvalConfig, renderer) -> None:
-        self.cfg, self.stop = cfg, set(renderer.stop_token_ids())
-        self.target = None
-
-    def __call__(self, prompt_ids: list[int]) -> list[int]:
-        import torch
-
-        from eyas.evaluate.speculative import greedy_reference
-        from eyas.hf_models import load_frozen_lm
-
-        if self.target is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-            self.target = load_frozen_lm(
-                self.cfg.target, device, torch.float32, self.cfg.trust_remote_code
-            )
-        return greedy_reference(self.target, prompt_ids, self.cfg.max_new_tokens, self.stop)
-
-
-def _with_follow_ups(prompts: list[dict], renderer, answer) -> tuple[list, dict]:
-    from eyas.render.renderer import has_unanswered
-
-    pending = [p for p in prompts if has_unanswered(p.get("messages") or [])]
-    if not pending:
-        return prompts, {}
-    more, stopped = follow_up_prompts(pending, renderer, answer)
-    return prompts + more, stopped
 
 
 def run_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     if cfg.bench:
         return run_bench_eval(cfg, log)
-    prompts = load_prompts(cfg.input, cfg.limit)
+    prompts = eval_prompts.load_prompts(cfg.input, cfg.limit)
     if not prompts:
         raise EyasError("no_input", f"no prompts in {cfg.input}")
-    stopped: dict = {}
-    if any(p.get("messages") for p in prompts):
-        from eyas.render.renderer import Renderer, has_unanswered
-
-        if any(has_unanswered(p.get("messages") or []) for p in prompts):
-            renderer = Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code)
-            answer = _TargetAnswers(cfg, renderer)
-            prompts, stopped = _with_follow_ups(prompts, renderer, answer)
     result = _dispatch(cfg, prompts, log)
-    result["settings"] = _settings(cfg, result, prompts)
-    if stopped:
-        result["follow_ups_stopped"] = stopped
+    result["settings"] = _settings(cfg, result)
     result.update(
         {"target": str(cfg.target), "drafter": str(cfg.drafter), "eyas_version": __version__}
     )
@@ -146,14 +176,9 @@ def _configs(cfg: EvalConfig) -> list[tuple[str, dict]]:
     return [(PUBLISHED_LABEL, PUBLISHED), (label, {})]
 
 
-def run_bench_eval(
-    cfg: EvalConfig, log: Callable[[str], None] = print, *, answer=None
-) -> dict[str, Any]:
-    """Every benchmark of `cfg.bench` at the published and the user's configuration.
-
-    `answer` (prompt ids -> output ids) stands in for the target's greedy answers to earlier
-    turns; by default the target is loaded here (tests pass a cheaper one).
-    """
+def run_bench_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every benchmark of `cfg.bench` at the published and the user's configuration, each in
+    its own rounds (later turns asked after that configuration's own outputs)."""
     from eyas.benchmarks import benchmark_prompts, resolve
     from eyas.render.probe import probe_template
     from eyas.render.renderer import Renderer
@@ -161,21 +186,18 @@ def run_bench_eval(
     benches = resolve(cfg.bench)
     base = Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code)
     fmt = base.model_format
-    answer = answer or _TargetAnswers(cfg, base)
     modes: list[bool | None] = [True, False] if fmt.thinking_key else [None]
-    sets, prompts, stopped_by = [], [], {}
+    sets, prompts, renderers = [], [], {}
     for mode in modes:
         renderer = base.with_thinking(mode)
         probe = probe_template(renderer)
         for bench in benches:
             s = benchmark_prompts(bench, renderer, limit=cfg.limit, probe=probe)
-            full, stopped = _with_follow_ups(s.prompts, renderer, answer)
-            s.prompts = full
-            stopped_by[s.dataset] = stopped
+            renderers[s.dataset] = renderer
             sets.append(s)
-            prompts += full
+            prompts += s.prompts
             log(
-                f"{s.dataset}: {len(full)} prompts from {s.rows} rows"
+                f"{s.dataset}: {len(s.prompts)} prompts from {s.rows} rows"
                 + (f"; rejected {dict(s.rejected)}" if s.rejected else "")
             )
     if not prompts:
@@ -188,11 +210,11 @@ def run_bench_eval(
     for label, overrides in _configs(cfg):
         run_cfg = cfg.model_copy(update=overrides)
         log(f"measuring at {label}")
-        res = _dispatch(run_cfg, prompts, log)
-        res["settings"] = _settings(run_cfg, res, prompts)
+        res = _dispatch(run_cfg, prompts, log, renderers=renderers)
+        res["settings"] = _settings(run_cfg, res)
         runs[label] = res
     mine = runs[list(runs)[-1]]
-    card = _card(sets, runs, stopped_by, fmt.thinking_key)
+    card = _card(sets, runs, fmt.thinking_key)
     return {
         **mine,
         "lossless": card["lossless"],
@@ -207,16 +229,20 @@ def run_bench_eval(
     }
 
 
-def _card(sets, runs: dict[str, dict], stopped_by: dict, thinking_key: str | None) -> dict:
+def _card(sets, runs: dict[str, dict], thinking_key: str | None) -> dict:
+    """One row per benchmark set; its prompts (every round) and the conversations that
+    stopped early are the user's configuration's (the last run)."""
+    mine = runs[list(runs)[-1]]
     rows = []
     for s in sets:
+        evaluated = mine["datasets"].get(s.dataset) or {}
         row: dict[str, Any] = {
             "benchmark": s.benchmark,
             "thinking": None if s.thinking is None else ("on" if s.thinking else "off"),
             "rows": s.rows,
-            "prompts": len(s.prompts),
+            "prompts": evaluated.get("prompts", 0),
             "rejected": dict(s.rejected),
-            "follow_ups_stopped": stopped_by.get(s.dataset) or {},
+            "follow_ups_stopped": mine["follow_ups"]["stopped_by_dataset"].get(s.dataset) or {},
             "acceptance_length": {},
             "mean_accepted_drafts": {},
         }
@@ -232,6 +258,7 @@ def _card(sets, runs: dict[str, dict], stopped_by: dict, thinking_key: str | Non
         "published_configuration": PUBLISHED_LABEL,
         "metric": METRIC,
         "thinking_switch": thinking_key,
+        "follow_ups_asked_after": mine["follow_ups"]["asked_after"],
         "rows": rows,
         "lossless": verdict,
         "reasons": dict(sum((Counter(s.rejected) for s in sets), Counter())),

@@ -8,13 +8,18 @@ client policy (`eyas.backends`): the target is never loaded in this process.
 - vLLM: the target runs with `--speculative-config {"method": "eagle3", ...}`
   (`_vllm_speculative_config`); acceptance comes from vLLM's own counters on `/metrics`
   (drafts, draft tokens, accepted tokens, accepted per position), read before and after each
-  dataset and differenced. A server that exports no spec-decode counters has no drafter: that
-  is an error (`no_speculation`), not acceptance 0. A drafter that is not already in
-  speculators format is exported for vLLM first.
+  dataset of each round, the differences summed. A server that exports no spec-decode
+  counters has no drafter: that is an error (`no_speculation`), not acceptance 0. A drafter
+  that is not already in speculators format is exported for vLLM first.
 - SGLang: token-id prompts to `/generate`; a finished request's `meta_info` carries
   `spec_verify_ct` (target verify steps) and `completion_tokens` only when it had verify steps
   (`eyas.backends.sglang.conventions`): a missing count is zero steps (a one-token answer),
   and the run refuses only when no response carries one.
+
+**Rounds.** A conversation whose later turns follow the model's own answers (MT-Bench's second
+question, BFCL's turns) is evaluated in rounds (`eyas.evaluate.prompts.Rounds`): round 1 is the
+prompts as given, each later round is asked after the served outputs of the one before. The
+servers stay up for all rounds; every figure is summed over them per dataset.
 
 `acceptance_length` is tokens per verify step, bonus included, prefill token excluded
 (`(completion_tokens - 1) / spec_verify_ct`); SGLang's own `completion_tokens /
@@ -23,12 +28,13 @@ spec_verify_ct` counts the prefill token too and is reported beside it as
 
 **Lossless check** (temperature 0). The served outputs are compared with the same engine
 serving the target without a drafter (a baseline server: `--baseline-url`, or one eyas starts
-with `--vllm-python`), run twice. Per prompt the result gives the first divergence and the
-share of the baseline's tokens reproduced; the check fails only when more prompts diverge from
-the baseline than diverge between the two baseline runs (what the engine itself does, e.g.
-batched bf16 decoding on a GPU). Without a baseline server the check is off, and
-`lossless_check.note` says so. A request that fails for good is left out of the figures and
-listed with its reason under `requests`.
+with `--vllm-python`), run twice on the same prompts, round by round (a later turn is asked
+after the speculative run's answer, so both sides answer the same prompt). Per prompt the
+result gives the first divergence and the share of the baseline's tokens reproduced; the check
+fails only when more prompts diverge from the baseline than diverge between the two baseline
+runs (what the engine itself does, e.g. batched bf16 decoding on a GPU). Without a baseline
+server the check is off, and `lossless_check.note` says so. A request that fails for good is
+left out of the figures and listed with its reason under `requests`.
 """
 
 from __future__ import annotations
@@ -51,16 +57,45 @@ from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
+from eyas.evaluate.prompts import FollowUps, Rounds
+
+
+def counter_delta(before: dict, after: dict) -> dict[str, Any]:
+    """What vLLM's spec-decode counters grew by between two snapshots."""
+    pos_after = after.get("accepted_per_pos") or []
+    pos_before = before.get("accepted_per_pos") or [0.0] * len(pos_after)
+    return {
+        "num_drafts": after.get("num_drafts", 0) - before.get("num_drafts", 0),
+        "num_accepted_tokens": after.get("num_accepted_tokens", 0)
+        - before.get("num_accepted_tokens", 0),
+        "accepted_per_pos": [a - b for a, b in zip(pos_after, pos_before)],
+    }
+
+
+def add_counts(a: dict, b: dict) -> dict[str, Any]:
+    """Two counter deltas summed (the figures of several rounds or datasets are those of the
+    summed counts, never a mean of their means)."""
+    pa, pb = a.get("accepted_per_pos") or [], b.get("accepted_per_pos") or []
+    width = max(len(pa), len(pb))
+    pa, pb = pa + [0.0] * (width - len(pa)), pb + [0.0] * (width - len(pb))
+    return {
+        "num_drafts": a.get("num_drafts", 0) + b.get("num_drafts", 0),
+        "num_accepted_tokens": a.get("num_accepted_tokens", 0) + b.get("num_accepted_tokens", 0),
+        "accepted_per_pos": [x + y for x, y in zip(pa, pb)],
+    }
 
 
 def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
-    """Acceptance figures from two counter snapshots (vLLM's acceptance is a prefix: the
+    """Acceptance figures from two counter snapshots."""
+    return counter_figures(counter_delta(before, after), k)
+
+
+def counter_figures(counts: dict, k: int) -> dict[str, Any]:
+    """Acceptance figures from a counter delta (vLLM's acceptance is a prefix: the
     per-position counts give the exact histogram)."""
-    drafts = after.get("num_drafts", 0) - before.get("num_drafts", 0)
-    accepted = after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0)
-    pos_after = after.get("accepted_per_pos") or []
-    pos_before = before.get("accepted_per_pos") or [0.0] * len(pos_after)
-    pos = [a - b for a, b in zip(pos_after, pos_before)] + [0.0] * (k - len(pos_after))
+    drafts, accepted = counts.get("num_drafts", 0), counts.get("num_accepted_tokens", 0)
+    raw = counts.get("accepted_per_pos") or []
+    pos = list(raw[:k]) + [0.0] * (k - len(raw))
     reached = [drafts, *pos[:-1]]
     hist = (
         [int(drafts - pos[0])] + [int(pos[i - 1] - pos[i]) for i in range(1, k)] + [int(pos[k - 1])]
@@ -158,11 +193,13 @@ def _baseline_runs(cfg: EvalConfig) -> tuple[int, str | None]:
 
 @dataclass
 class _Run:
-    outputs: dict[str, list[int]] = field(default_factory=dict)  # prompt id -> output ids
+    """One served run over every round; per-dataset figures are summed over the rounds."""
+
+    rounds: Rounds
     metas: dict[str, dict] = field(default_factory=dict)
-    figures: dict[str, dict] = field(default_factory=dict)  # dataset -> vLLM counter figures
-    seconds: dict[str, float] = field(default_factory=dict)
-    tokens: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, dict] = field(default_factory=dict)  # dataset -> vLLM counter delta
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     failed: list[dict] = field(default_factory=list)
     client: dict = field(default_factory=dict)
     servers: list[dict] = field(default_factory=list)
@@ -208,42 +245,46 @@ async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
     return {**total, "accepted_per_pos": per_pos}
 
 
-async def _served_run(
-    cfg: EvalConfig, urls: list[str], by_ds: dict[str, list[dict]], count: bool
-) -> _Run:
-    run = _Run()
-    in_flight = max(len(rows) for rows in by_ds.values())
+async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: bool) -> _Run:
+    """Every round through one pool of the same servers (a later round is asked after this
+    run's own outputs of the one before); vLLM's counters are read before and after each
+    dataset of each round, and the deltas summed."""
+    run = _Run(rounds)
+    # a later round holds at most one prompt per prompt of the round before: round 1 is the
+    # widest batch of a dataset
+    in_flight = max(len(rows) for rows in _by_dataset(rounds.first).values())
     async with open_pool(
         cfg.backend, _settings(cfg), urls, _policy(cfg, in_flight), operation="generate"
     ) as pool:
         run.servers = pool.info
         counting = count and cfg.backend == "vllm"
-        for name, rows in sorted(by_ds.items()):
-            before = await _spec_counters(pool) if counting else {}
-            start = time.perf_counter()
-            results = await asyncio.gather(
-                *(_one(pool, p, cfg) for p in rows), return_exceptions=True
-            )
-            run.seconds[name] = time.perf_counter() - start
-            run.tokens[name] = 0
-            for p, r in zip(rows, results):
-                if isinstance(r, RequestFailed):
-                    run.failed.append(
-                        {"id": p["id"], "reason": r.error.reason, "detail": r.error.detail}
-                    )
-                elif isinstance(r, BaseException):
-                    raise r
-                else:
-                    run.outputs[p["id"]], run.metas[p["id"]] = r.output_ids, r.meta
-                    run.tokens[name] += len(r.output_ids)
-            if pool.stopped_reason:
-                raise RefusedError(
-                    "servers_failing",
-                    f"served evaluation stopped: {pool.stopped_reason}; failed: "
-                    f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
+        for batch in rounds:
+            for name, rows in sorted(_by_dataset(batch).items()):
+                before = await _spec_counters(pool) if counting else {}
+                start = time.perf_counter()
+                results = await asyncio.gather(
+                    *(_one(pool, p, cfg) for p in rows), return_exceptions=True
                 )
-            if counting:
-                run.figures[name] = served_metrics(before, await _spec_counters(pool), cfg.k)
+                run.seconds[name] += time.perf_counter() - start
+                for p, r in zip(rows, results):
+                    if isinstance(r, RequestFailed):
+                        run.failed.append(
+                            {"id": p["id"], "reason": r.error.reason, "detail": r.error.detail}
+                        )
+                    elif isinstance(r, BaseException):
+                        raise r
+                    else:
+                        rounds.outputs[p["id"]], run.metas[p["id"]] = r.output_ids, r.meta
+                        run.tokens[name] += len(r.output_ids)
+                if pool.stopped_reason:
+                    raise RefusedError(
+                        "servers_failing",
+                        f"served evaluation stopped: {pool.stopped_reason}; failed: "
+                        f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
+                    )
+                if counting:
+                    delta = counter_delta(before, await _spec_counters(pool))
+                    run.counts[name] = add_counts(run.counts.get(name, {}), delta)
         run.client = pool.describe()
     return run
 
@@ -328,30 +369,35 @@ def _by_dataset(prompts: list[dict]) -> dict[str, list[dict]]:
     return by_ds
 
 
-def _serve(cfg: EvalConfig, prompts: list[dict], log) -> tuple[_Run, list[_Run]]:
-    """The run with the drafter, then the baseline runs the check and `--baseline` need."""
-    by_ds = _by_dataset(prompts)
+def _serve(
+    cfg: EvalConfig, prompts: list[dict], follow_ups: FollowUps | None, log
+) -> tuple[_Run, list[_Run]]:
+    """The run with the drafter over every round, then the baseline runs the check and
+    `--baseline` need, on the same prompts round by round. Each server stays up for all
+    rounds of its runs."""
     runs, _ = _baseline_runs(cfg)
     with tempfile.TemporaryDirectory(prefix="eyas-eval-") as tmp:
         scratch = Path(tmp)
         with _servers(cfg, scratch, True, log) as urls:
-            spec = asyncio.run(_served_run(cfg, urls, by_ds, count=True))
+            spec = asyncio.run(_served_run(cfg, urls, Rounds(prompts, follow_ups), count=True))
         base = []
         if runs:
             with _servers(cfg, scratch, False, log) as urls:
                 base = [
-                    asyncio.run(_served_run(cfg, urls, by_ds, count=False)) for _ in range(runs)
+                    asyncio.run(_served_run(cfg, urls, spec.rounds.replay(), count=False))
+                    for _ in range(runs)
                 ]
     return spec, base
 
 
-def _common(cfg: EvalConfig, prompts: list[dict], spec: _Run, base: list[_Run]) -> dict:
-    """What both engines report: the lossless check, throughput, requests."""
-    by_ds = _by_dataset(prompts)
+def _common(cfg: EvalConfig, spec: _Run, base: list[_Run]) -> dict:
+    """What both engines report: the lossless check, throughput, requests, every output."""
     _, note = _baseline_runs(cfg)
     if len(base) >= 2:
         report = lossless_report(
-            [p["id"] for p in prompts], spec.outputs, *(b.outputs for b in base[:2])
+            [p["id"] for p in spec.rounds.prompts],
+            spec.rounds.outputs,
+            *(b.rounds.outputs for b in base[:2]),
         )
         lossless, mismatches, check = report["lossless"], report["mismatches"], report["check"]
     else:
@@ -367,7 +413,7 @@ def _common(cfg: EvalConfig, prompts: list[dict], spec: _Run, base: list[_Run]) 
         "lossless_mismatches": mismatches,
         "lossless_check": check,
         "throughput": throughput,
-        "batch_size": max(len(rows) for rows in by_ds.values()),
+        "batch_size": max(len(rows) for rows in _by_dataset(spec.rounds.first).values()),
         "servers": spec.servers,
         "requests": {
             "failed": spec.failed,
@@ -376,32 +422,35 @@ def _common(cfg: EvalConfig, prompts: list[dict], spec: _Run, base: list[_Run]) 
             "retry_reasons": spec.client.get("retry_reasons", {}),
             "baseline_failed": [f for b in base for f in b.failed],
         },
+        "outputs": spec.rounds.outputs,
+        "rounds": spec.rounds.sizes,
     }
 
 
-def evaluate_vllm(cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print) -> dict:
+def evaluate_vllm(
+    cfg: EvalConfig,
+    prompts: list[dict],
+    log: Callable[[str], None] = print,
+    *,
+    follow_ups: FollowUps | None = None,
+) -> dict:
+    """`prompts`, then each round `follow_ups` builds from the served outputs (`Rounds`)."""
     if cfg.topk > 1:
         raise EyasError(
             "bad_flag", "served vLLM evaluation runs chains (topk 1); trees: --backend local"
         )
-    spec, base = _serve(cfg, prompts, log)
-    by_ds = _by_dataset(prompts)
-    figures = spec.figures
-    steps = sum(f["verify_steps"] for f in figures.values())
-    accepted = sum(f["mean_accepted_drafts"] * f["verify_steps"] for f in figures.values())
-    hist = [sum(f["histogram"][a] for f in figures.values()) for a in range(cfg.k + 1)]
-    reached = [steps, *[sum(hist[a:]) for a in range(1, cfg.k)]]
-    passed = [sum(hist[a:]) for a in range(1, cfg.k + 1)]
+    spec, base = _serve(cfg, prompts, follow_ups, log)
+    by_ds = _by_dataset(spec.rounds.prompts)
+    total: dict[str, Any] = {}
+    for counts in spec.counts.values():
+        total = add_counts(total, counts)
     return {
-        "verify_steps": steps,
-        "acceptance_length": round(1 + accepted / steps, 4) if steps else 0.0,
-        "mean_accepted_drafts": round(accepted / steps, 4) if steps else 0.0,
-        "per_position": [round(p / r, 4) if r else 0.0 for p, r in zip(passed, reached)],
-        "histogram": hist,
+        **counter_figures(total, cfg.k),
         "datasets": {
-            name: {**figures[name], "prompts": len(by_ds[name])} for name in sorted(by_ds)
+            name: {**counter_figures(spec.counts.get(name, {}), cfg.k), "prompts": len(rows)}
+            for name, rows in sorted(by_ds.items())
         },
-        **_common(cfg, prompts, spec, base),
+        **_common(cfg, spec, base),
         "source": "vllm /metrics counters",
     }
 
@@ -421,9 +470,14 @@ def _sglang_figures(verify: list[int], completion: list[int]) -> dict:
 
 
 def evaluate_sglang(
-    cfg: EvalConfig, prompts: list[dict], log: Callable[[str], None] = print
+    cfg: EvalConfig,
+    prompts: list[dict],
+    log: Callable[[str], None] = print,
+    *,
+    follow_ups: FollowUps | None = None,
 ) -> dict:
-    spec, base = _serve(cfg, prompts, log)
+    """`prompts`, then each round `follow_ups` builds from the served outputs (`Rounds`)."""
+    spec, base = _serve(cfg, prompts, follow_ups, log)
     if spec.metas and not any(VERIFY_COUNT_KEY in m for m in spec.metas.values()):
         raise EyasError(
             "no_speculation",
@@ -431,13 +485,13 @@ def evaluate_sglang(
             "--speculative-algorithm EAGLE3 and the drafter?",
         )
     per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"verify": [], "completion": []})
-    for p in prompts:
+    for p in spec.rounds.prompts:
         meta = spec.metas.get(p["id"])
         if meta is None:
             continue  # failed: listed under `requests`
         # a response without the count had no verify step (SGLang writes it only when > 0)
         per_ds[p["dataset"]]["verify"].append(int(meta.get(VERIFY_COUNT_KEY, 0)))
-        completion = meta.get("completion_tokens", len(spec.outputs[p["id"]]))
+        completion = meta.get("completion_tokens", len(spec.rounds.outputs[p["id"]]))
         per_ds[p["dataset"]]["completion"].append(int(completion))
     all_v = [v for d in per_ds.values() for v in d["verify"]]
     all_c = [c for d in per_ds.values() for c in d["completion"]]
@@ -447,6 +501,6 @@ def evaluate_sglang(
             name: {**_sglang_figures(d["verify"], d["completion"]), "prompts": len(d["verify"])}
             for name, d in sorted(per_ds.items())
         },
-        **_common(cfg, prompts, spec, base),
+        **_common(cfg, spec, base),
         "source": "sglang meta_info spec_verify_ct",
     }
