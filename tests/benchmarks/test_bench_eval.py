@@ -97,6 +97,10 @@ def test_model_card_through_the_cli(tmp_path, toy_tiny, trained_drafter, bench_c
         assert rows[("humaneval", thinking)]["prompts"] == 2
         assert rows[("bfcl_simple_python", thinking)]["prompts"] == 2  # TypeScript-declared
     assert data["lossless"] is True and card["lossless"] is True
+    # each configuration ran its own rounds; both lossless, so both asked the same later turns
+    rounds = [data["runs"][c]["follow_ups"] for c in card["configurations"]]
+    assert rounds[0] == rounds[1] and rounds[0]["rounds"][0] == 12 and len(rounds[0]["rounds"]) > 1
+    assert card["follow_ups_asked_after"].startswith("the evaluated run's own outputs")
     page = html.read_text()
     assert "Model card" in page and "bfcl_simple_python" in page and PUBLISHED in page
     assert card["metric"].startswith("acceptance_length = tokens per target verify step, bonus")

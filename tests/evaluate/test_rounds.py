@@ -96,6 +96,7 @@ def run_cli(tmp_path, args):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # the fake SGLang emitting the toy vocabulary: a few seconds
 def test_sglang_second_turns_follow_the_served_first_answers(
     tmp_path, toy_tiny, no_target_in_process, sent
 ):
@@ -270,3 +271,26 @@ def test_offline_second_turn_is_asked_after_the_targets_greedy_answer(
     assert {name: d["prompts"] for name, d in out["datasets"].items()} == {"writing": 2, "math": 2}
     assert sum(out["histogram"]) == out["verify_steps"]
     assert out["verify_steps"] == sum(d["verify_steps"] for d in out["datasets"].values())
+
+
+def test_above_temperature_zero_the_result_says_later_turns_follow_the_runs_samples(
+    tmp_path, toy_tiny, no_target_in_process, sent
+):
+    renderer = Renderer(toy_tiny)
+    two_turn_rows(renderer, tmp_path / "mt.jsonl", n=2)
+    with fake_vllm_server("--spec-k", "3", "--fixed-len", "8") as url:
+        args = [
+            "eval",
+            "--target",
+            toy_tiny,
+            "--drafter",
+            tmp_path,
+            "--input",
+            tmp_path / "mt.jsonl",
+        ]
+        args += ["--backend", "vllm", "--url", url, "--temperature", "0.7"]
+        out = run_cli(tmp_path, [*args, "--max-new-tokens", "16"])
+    follow = out["follow_ups"]
+    assert follow["rounds"] == [2, 2] and sorted(pid for pid, _, _ in sent)[-1] == "q1#3"
+    assert follow["asked_after"].startswith("the evaluated run's own samples at temperature 0.7")
+    assert out["lossless"] is None and "temperature 0 only" in out["lossless_check"]["note"]
