@@ -294,3 +294,20 @@ def test_above_temperature_zero_the_result_says_later_turns_follow_the_runs_samp
     assert follow["rounds"] == [2, 2] and sorted(pid for pid, _, _ in sent)[-1] == "q1#3"
     assert follow["asked_after"].startswith("the evaluated run's own samples at temperature 0.7")
     assert out["lossless"] is None and "temperature 0 only" in out["lossless_check"]["note"]
+
+
+def test_counter_deltas_of_two_rounds_sum_to_the_figures_of_the_whole_span():
+    snaps = [
+        {"num_drafts": 10, "num_accepted_tokens": 12, "accepted_per_pos": [6, 4, 2]},
+        {"num_drafts": 57, "num_accepted_tokens": 90, "accepted_per_pos": [40, 30, 20]},
+        {"num_drafts": 100, "num_accepted_tokens": 131, "accepted_per_pos": [70, 41, 20]},
+    ]
+    rounds = served.add_counts(
+        served.counter_delta(snaps[0], snaps[1]), served.counter_delta(snaps[1], snaps[2])
+    )
+    whole = served.served_metrics(snaps[0], snaps[2], 3)
+    assert served.counter_figures(rounds, 3) == whole
+    assert whole["histogram"] == [90 - 64, 64 - 37, 37 - 18, 18] and whole["verify_steps"] == 90
+    # a mean of the two rounds' acceptance lengths is not the run's
+    a, b = (served.served_metrics(snaps[i], snaps[i + 1], 3) for i in (0, 1))
+    assert (a["acceptance_length"] + b["acceptance_length"]) / 2 != whole["acceptance_length"]

@@ -64,7 +64,7 @@ def _dispatch(
     """Every round of `prompts` through the configured evaluator (`renderers`: dataset -> the
     renderer of its mode, else the target's default); the result carries the follow-up
     provenance (`follow_ups`), the outputs stay out of it."""
-    follow = _FollowUps(cfg, prompts, renderers or {})
+    follow = _FollowUps(cfg, prompts, renderers or {}, log)
     if cfg.backend == "local":
         from eyas.evaluate.offline import evaluate_offline as evaluate
     elif cfg.backend == "vllm":
@@ -73,7 +73,7 @@ def _dispatch(
         from eyas.evaluate.served import evaluate_sglang as evaluate
     result = evaluate(cfg, prompts, log, follow_ups=follow if follow.active else None)
     result.pop("outputs", None)  # every prompt's ids: what the rounds need, not the report
-    result["follow_ups"] = follow.describe(result.get("rounds") or [len(prompts)])
+    result["follow_ups"] = follow.describe(result.pop("rounds", None) or [len(prompts)])
     return result
 
 
@@ -82,10 +82,12 @@ class _FollowUps:
     rendered in its dataset's mode (a benchmark set per thinking mode); counts, per dataset,
     the conversations that stopped early and why."""
 
-    def __init__(self, cfg: EvalConfig, prompts: list[dict], renderers: Mapping[str, Any]) -> None:
+    def __init__(
+        self, cfg: EvalConfig, prompts: list[dict], renderers: Mapping[str, Any], log
+    ) -> None:
         from eyas.render.renderer import has_unanswered
 
-        self.cfg = cfg
+        self.cfg, self.log, self.round = cfg, log, 1
         self.active = any(has_unanswered(p.get("messages") or []) for p in prompts)
         self.renderers = dict(renderers)
         self.default = None
@@ -109,6 +111,9 @@ class _FollowUps:
             more, stopped = eval_prompts.follow_up_prompts(rows, outputs, self._renderer(name))
             self.stopped[name].update(stopped)
             out += more
+        self.round += 1
+        if out:
+            self.log(f"round {self.round}: {len(out)} later turns, after this run's own answers")
         return out
 
     def describe(self, rounds: list[int]) -> dict[str, Any]:
