@@ -18,6 +18,8 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	# the real target of the `real` tier: fetched and converted once, cached under $EYAS_CACHE
+	bash tools/smollm2.sh $(BIN)/python
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
