@@ -107,10 +107,10 @@ def _greedy_shrinking(
 ) -> list[list[int]] | None:
     """Each prompt's greedy continuation (up to and including its stop token), finished rows
     dropped from the batch as they end; None when the model's cache cannot drop rows."""
+    import inspect
+
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
-
-    import inspect
 
     # transformers >= 5.2x names the KV-cache argument `cache`; earlier 5.x `past_key_values`
     arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
