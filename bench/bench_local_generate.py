@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import zip_longest
 from pathlib import Path
 
 import torch
@@ -59,7 +60,7 @@ def smollm2_dir() -> Path:
 def prepare(model_dir: Path, root: Path, n: int) -> tuple[Path, list[dict]]:
     """A prepare dir holding one rendered file of `n` interleaved chat prompts."""
     renderer = Renderer(model_dir)
-    per = -(-n // len(CHAT))
+    per = 2 * -(-n // len(CHAT))  # the toy generator repeats itself; duplicates are dropped
     converted = []
     for name in CHAT:
         fam = next(f for f in FAMILIES if f.name == name)
@@ -67,7 +68,7 @@ def prepare(model_dir: Path, root: Path, n: int) -> tuple[Path, list[dict]]:
         src.write_text("\n".join(json.dumps(r) for r in family_rows(fam, per, seed=11)) + "\n")
         convert_file(src, conv, fam.format, name)
         converted.append([json.loads(x) for x in conv.read_text().splitlines()])
-    rows = [r for group in zip(*converted) for r in group][:n]
+    rows = [r for group in zip_longest(*converted) for r in group if r is not None][:n]
     mixed = root / "mixed.jsonl"
     mixed.write_text("".join(json.dumps({**r, "dataset": "chat"}) + "\n" for r in rows))
     prep = root / "prepare"
@@ -121,8 +122,11 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     ap.add_argument("--json", default="bench/results/local_generate.json")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model_dir = args.model or smollm2_dir()
     renderer = Renderer(model_dir)
     stop, pad = renderer.stop_token_ids(), renderer.tokenizer.pad_token_id or 0
@@ -156,7 +160,7 @@ def main() -> None:
         row["samples_s"] = round(len(prompts) / row["seconds"], 3)
     ratio = round(hf_med / eyas_med, 2)
     print(
-        f"{args.prompts} prompts, <= {args.max_new_tokens} new tokens, batch {args.batch_size}, "
+        f"{len(prompts)} prompts, <= {args.max_new_tokens} new tokens, batch {args.batch_size}, "
         f"{tokens} output tokens, {Path(model_dir).name}, {torch.get_num_threads()} threads"
     )
     print(f"{'path':<34}{'seconds':>10}{'tok/s':>10}{'samples/s':>11}")
@@ -174,7 +178,7 @@ def main() -> None:
             {
                 "bench": "local_generate",
                 "model": str(model_dir),
-                "prompts": args.prompts,
+                "prompts": len(prompts),
                 "max_new_tokens": args.max_new_tokens,
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,

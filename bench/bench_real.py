@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -184,24 +185,29 @@ def main() -> None:
     )
     gen = work / "generate"
     server_args = ["--dtype", "float32", "--max-model-len", "4096", "--enforce-eager"]
-    t0 = time.perf_counter()
-    with vllm_server(vpy, model, server_args, log_path=work / "vllm-generate.log") as url:
-        seconds["vllm_start"] = time.perf_counter() - t0
-        seconds["generate"] = cli(
-            "generate", "--model", model, "--backend", "vllm", "--url", url, "--input",
-            train_prep, "--out", gen, "--max-new-tokens", args.max_new_tokens,
-            "--temperature", "0", "--no-progress", log=log,
-        )  # fmt: skip
+    if not (gen / "manifest.json").exists():  # a rerun on the same --workdir reuses the data
+        t0 = time.perf_counter()
+        with vllm_server(vpy, model, server_args, log_path=work / "vllm-generate.log") as url:
+            seconds["vllm_start"] = time.perf_counter() - t0
+            seconds["generate"] = cli(
+                "generate", "--model", model, "--backend", "vllm", "--url", url, "--input",
+                train_prep, "--out", gen, "--max-new-tokens", args.max_new_tokens,
+                "--temperature", "0", "--no-progress", log=log,
+            )  # fmt: skip
     manifest = json.loads((gen / "manifest.json").read_text())["this_run"]
     cap = work / "capture"
-    seconds["capture"] = cli(
-        "capture", "--target", model, "--data", gen, "--out", cap, "--backend", "vllm",
-        "--vllm-python", vpy, "--dtype", "float32", log=log,
-    )  # fmt: skip
+    if not (cap / "manifest.json").exists():
+        seconds["capture"] = cli(
+            "capture", "--target", model, "--data", gen, "--out", cap, "--backend", "vllm",
+            "--vllm-python", vpy, "--dtype", "float32", log=log,
+        )  # fmt: skip
 
+    for name in ("eyas-online", "eyas-captured", "eyas-vllm", "speculators"):
+        shutil.rmtree(work / name, ignore_errors=True)  # training always starts from step 0
     online = Trainer(train_cfg(args, model, work / "eyas-online", data=gen), log=lambda s: None)
     online.setup()
     online_hist = online.train()
+    online.finish()  # the final drafter/ that export reads
     captured = Trainer(
         train_cfg(args, model, work / "eyas-captured", hidden_states=cap), log=lambda s: None
     )
