@@ -25,8 +25,9 @@ def test_chat_data_renders_as_transformers_does(smollm2, rendered):
 
 
 def test_a_tool_dataset_is_refused_clearly(smollm2, tmp_path):
-    src = converted(tmp_path, "b1_glaive", rows=6)
-    out = tmp_path / "b1.rendered.jsonl"
+    src = converted(tmp_path, "b3_xlam", rows=6)
+    assert all(json.loads(x)["tools"] for x in src.read_text().splitlines())
+    out = tmp_path / "b3.rendered.jsonl"
     res = invoke("render", "--model", smollm2, src, out)
     assert res.exit_code == 1, res.output
     assert "[tools_ignored]" in res.output and "Traceback" not in res.output
