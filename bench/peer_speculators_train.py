@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--verifier", required=True)
     ap.add_argument("--ttt", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--save", default=None, help="save_pretrained the trained drafter here")
     args = ap.parse_args()
 
     from peer_speculators_model import eagle3_peer
@@ -66,6 +67,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
     timed = times[args.warmup :]
+    if args.save:  # speculators' own layout, which vLLM serves as an EAGLE-3 drafter
+        model.save_pretrained(args.save)
     print(
         json.dumps(
             {

