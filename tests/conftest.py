@@ -88,3 +88,11 @@ def trained_drafter(tmp_path_factory, toy_tiny, toy_samples):
         checkpoint_every=1000,
     )
     return run_train(cfg, log=lambda s: None)
+
+
+@pytest.fixture(scope="session")
+def kimi_toy() -> Path:
+    """The Kimi-K2.5-shaped toy target (`eyas toy build --preset kimi`), cached like toy_tiny."""
+    from eyas.toy.build import build_toy
+
+    return build_toy("kimi")

@@ -584,7 +584,7 @@ def quickstart(
 @_user_errors
 def toy_build(
     preset: Annotated[
-        str, typer.Option(help="tiny (tests, ~1 min) | small (quickstart)")
+        str, typer.Option(help="tiny (tests, ~1 min) | small (quickstart) | kimi (K2.5 layout)")
     ] = "small",
     out: Annotated[Path | None, typer.Option(help="output dir (default: the user cache)")] = None,
     seed: Annotated[int, typer.Option()] = 0,

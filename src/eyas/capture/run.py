@@ -82,6 +82,7 @@ async def _backend(cfg: CaptureConfig, layers: list[int], target: TargetModel, l
         return
     import aiohttp
 
+    from eyas.backends.vllm.conventions import text_only_args
     from eyas.capture.backends import VLLMCapture, plugin_env, vllm_capture_args
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
@@ -98,6 +99,7 @@ async def _backend(cfg: CaptureConfig, layers: list[int], target: TargetModel, l
             "float32" if cfg.dtype == "float32" else "auto",
             "--enforce-eager",
             *vllm_capture_args(layers, storage, max_len),
+            *text_only_args(target.wrapper),
         ]
         log(f"starting a vLLM capture server ({cfg.vllm_python})")
         with vllm_server(

@@ -31,7 +31,7 @@ import aiohttp
 import orjson
 
 from eyas.backends.base import json_headers, post_bytes, wait_http_ready
-from eyas.backends.vllm.conventions import parse_spec_metrics
+from eyas.backends.vllm.conventions import parse_spec_metrics, text_only_args
 from eyas.config import EvalConfig
 from eyas.errors import EyasError
 
@@ -120,8 +120,9 @@ def _vllm(cfg: EvalConfig, scratch: Path, speculative: bool, log):
     from eyas.hf_models import target_model
     from eyas.serving.vllm import vllm_server
 
-    ctx = target_model(cfg.target).context_length
-    args = ["--max-model-len", str(min(ctx, 8192)), "--enforce-eager"]
+    target = target_model(cfg.target)
+    args = ["--max-model-len", str(min(target.context_length, 8192)), "--enforce-eager"]
+    args += text_only_args(target.wrapper)
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
     if speculative:
