@@ -2,7 +2,7 @@
 `KimiK25ForConditionalGeneration` wrapper; a DeepSeek-V3 text model with MLA, MoE and YaRN under
 `text_config`; `language_model.*` weights, one tensor per routed expert) through every stage on
 CPU: render, generate, audit, capture, train (from captures and online), export, validate,
-offline evaluation (through vLLM on CPU: `tests/integration/test_vllm_kimi.py`)."""
+offline evaluation. The real vLLM on CPU: `tests/integration/test_vllm_kimi.py`."""
 
 import json
 import shutil
@@ -25,8 +25,7 @@ PREFIX = "language_model."
 
 
 def cli(*args):
-    result = runner.invoke(app, [str(a) for a in args])
-    return result
+    return runner.invoke(app, [str(a) for a in args])
 
 
 def _text(toy) -> dict:
@@ -214,7 +213,7 @@ def test_a_missing_text_weight_is_an_error_not_a_random_init(tmp_path, kimi_toy,
     assert gone.removeprefix(PREFIX) in err.value.detail
 
 
-# -- the pipeline ---------------------------------------------------------------------------------
+# -- the pipeline (slow: seconds per stage) -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +252,7 @@ def run(tmp_path_factory, kimi_toy):
     }
 
 
+@pytest.mark.slow
 def test_render_generate_and_audit(run, kimi_toy):
     from eyas.render import Renderer
     from eyas.store import load_table, read_rendered
@@ -292,6 +292,7 @@ def captured(run, kimi_toy):
     return out
 
 
+@pytest.mark.slow
 def test_local_capture_equals_transformers_hidden_states(captured, kimi_toy):
     from eyas.store.captures import StateReader, read_capture_index
 
@@ -313,6 +314,7 @@ def test_local_capture_equals_transformers_hidden_states(captured, kimi_toy):
         torch.testing.assert_close(model.lm_head(normed), out.logits[0])
 
 
+@pytest.mark.slow
 def test_online_training_runs_the_wrapper_target_in_process(run, kimi_toy, tmp_path):
     out = tmp_path / "d"
     result = cli(
@@ -338,6 +340,7 @@ def drafter(captured, kimi_toy):
     return out
 
 
+@pytest.mark.slow
 def test_training_from_captures_loads_only_the_language_model_tensors(drafter):
     cfg = json.loads((drafter / "drafter" / "drafter_config.json").read_text())
     assert cfg["data"]["source"] == "captured"
@@ -350,6 +353,7 @@ def test_training_from_captures_loads_only_the_language_model_tensors(drafter):
     assert cfg["vocab_size"] == target_model(cfg["target_dir"]).vocab_size
 
 
+@pytest.mark.slow
 def test_the_exports_validate_against_the_wrapper(drafter, kimi_toy, tmp_path):
     for fmt in ("sglang", "vllm"):
         out = tmp_path / fmt
@@ -367,6 +371,7 @@ def test_the_exports_validate_against_the_wrapper(drafter, kimi_toy, tmp_path):
             assert verifier["architectures"] == ["KimiK25ForConditionalGeneration"]
 
 
+@pytest.mark.slow
 def test_offline_evaluation_is_lossless(drafter, run, kimi_toy, tmp_path):
     out = tmp_path / "eval.json"
     result = cli(
