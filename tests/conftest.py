@@ -151,3 +151,11 @@ def smollm2() -> Path:
         ["bash", str(script), sys.executable], check=True, capture_output=True, text=True
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def kimi_toy() -> Path:
+    """The Kimi-K2.5-shaped toy target (`eyas toy build --preset kimi`), cached like toy_tiny."""
+    from eyas.toy.build import build_toy
+
+    return build_toy("kimi")

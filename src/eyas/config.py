@@ -75,7 +75,7 @@ ExportFormat = Literal["sglang", "vllm"]
 # the trainers `eyas export samples` writes for (eyas.export.samples)
 SampleFormat = Literal["specforge", "speculators"]
 # the toy world's presets (eyas.toy.train.PRESETS, which imports torch; a test pins the two)
-ToyPreset = Literal["tiny", "small"]
+ToyPreset = Literal["tiny", "small", "kimi"]
 
 
 # -- pipeline: prepare and generate ------------------------------------------------------------
@@ -664,7 +664,11 @@ class ToyBuildConfig(_Strict):
 
     path_keys: ClassVar = ("out",)
 
-    preset: ToyPreset = Field("small", description="tiny (tests, ~1 min) or small (quickstart)")
+    preset: ToyPreset = Field(
+        "small",
+        description="tiny (tests, ~1 min), small (quickstart) or kimi (the Kimi-K2.5 layout: a "
+        "kimi_k25 wrapper around a DeepSeek-V3 MLA/MoE text model)",
+    )
     out: Path | None = Field(None, description="output dir (default: the user cache)")
     seed: int = Field(0, description="training seed")
     force: bool = Field(False, description="rebuild even if cached")

@@ -17,6 +17,7 @@ unwrap it the same way: SGLang builds `DeepseekV3ForCausalLM(config.text_config)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -258,10 +259,50 @@ def target_model(model_dir: str | Path) -> TargetModel:
     return TargetModel.open(model_dir)
 
 
+# What transformers' `Kimi_K25Config.__post_init__` does to its text model's type (Kimi-K2.5
+# ships `kimi_k2`, a DeepSeek-V3): used when this transformers has no class for the wrapper.
+_TEXT_MODEL_TYPES = {"kimi_k2": "deepseek_v3"}
+# The text model's checkpoint prefix -> the renaming that gives a causal LM's own names.
+_TEXT_KEY_MAPPINGS = {
+    "language_model.": {r"^language_model\.": ""},
+    "model.language_model.": {r"^model\.language_model\.": "model."},
+}
+
+
+def text_model_config(model_dir: str | Path, trust_remote_code: bool = False) -> Any:
+    """The transformers config of the text model: the model's own for a flat causal LM, the
+    wrapper's `text_config` for a wrapper (transformers' wrapper class when it has one, else
+    the `text_config` section read as its own model type)."""
+    from transformers import AutoConfig
+
+    target = target_model(model_dir)
+    if not target.wrapper:
+        return AutoConfig.from_pretrained(str(target.dir), trust_remote_code=trust_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(str(target.dir), trust_remote_code=trust_remote_code)
+        text = config.get_text_config(decoder=True)
+        if text is not config:
+            return text
+    except ValueError:  # a wrapper type this transformers does not know
+        pass
+    fields = dict(target.text)
+    model_type = fields.pop("model_type", None)
+    try:
+        return AutoConfig.for_model(_TEXT_MODEL_TYPES.get(model_type, model_type), **fields)
+    except ValueError as exc:
+        raise EyasError(
+            "unsupported_model",
+            f"{target.dir}/config.json text_config: transformers has no model type "
+            f"{model_type!r} ({exc})",
+        ) from exc
+
+
 def load_frozen_lm(
     model_dir: str | Path, device: str, dtype: Any, trust_remote_code: bool = False
 ) -> Any:
-    """Eval-mode causal LM with frozen parameters."""
+    """Eval-mode causal LM with frozen parameters. For a wrapper (Kimi-K2.5) it is the text
+    model alone, built from `text_config` with its weights read under their checkpoint names
+    (`language_model.*`), as SGLang and vLLM serve it; the other towers are never loaded."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -271,10 +312,17 @@ def load_frozen_lm(
         raise EyasError("no_model", f"{model_dir} holds no .safetensors weights")
     from safetensors import SafetensorError
 
+    target = target_model(model_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
-        )
+        if target.wrapper:
+            model = _load_text_model(target, dtype, trust_remote_code)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(model_dir),
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=True,
+            )
     except EyasError:
         raise
     except (SafetensorError, OSError, ValueError) as exc:  # a torn file, a foreign config.json
@@ -284,6 +332,69 @@ def load_frozen_lm(
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _load_text_model(target: TargetModel, dtype: Any, trust_remote_code: bool) -> Any:
+    """A wrapper's text model. Every text weight must be found (transformers would initialise
+    a missing one at random); the other towers' weights are expected to be left over."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    config = text_model_config(target.dir, trust_remote_code)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report lists every vision weight as unexpected
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(target.dir),
+            config=config,
+            key_mapping=_TEXT_KEY_MAPPINGS.get(target.text_prefix),
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+            output_loading_info=True,
+        )
+    except RuntimeError as exc:
+        if "conversion of the weights" not in str(exc):
+            raise
+        # transformers fuses each layer's experts into one tensor and fails on a partial group
+        missing = _missing_experts(target.weights)
+        raise EyasError(
+            "bad_target",
+            f"{target.dir}: the text model's weights do not load: "
+            + (f"expert tensors missing: {_listed(missing)}" if missing else str(exc)),
+        ) from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise EyasError(
+            "bad_target",
+            f"{target.dir}: the text model's weights {_listed(missing)} are not in the "
+            f"checkpoint (looked under the prefix {target.text_prefix!r})",
+        )
+    return model
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f" ... ({len(names)} in all)" if len(names) > most else "")
+
+
+_EXPERT = re.compile(r"^(?P<group>.*\.mlp\.experts)\.(?P<e>\d+)\.(?P<proj>\w+)\.weight$")
+
+
+def _missing_experts(names) -> list[str]:
+    """Per-expert tensors absent from a layer whose other experts have them."""
+    groups: dict[str, set[tuple[int, str]]] = {}
+    for name in names:
+        m = _EXPERT.match(name)
+        if m:
+            groups.setdefault(m["group"], set()).add((int(m["e"]), m["proj"]))
+    out = []
+    for group, have in sorted(groups.items()):
+        experts, projs = {e for e, _ in have}, {p for _, p in have}
+        grid = {(e, p) for e in range(max(experts) + 1) for p in projs}
+        out += [f"{group}.{e}.{p}.weight" for e, p in sorted(grid - have)]
+    return out
 
 
 def _weight_files(model_dir: Path) -> dict[str, Path]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from real_helpers import MAX_NEW, invoke
 
-from eyas.capture.backends import LocalCapture
+from eyas.backends.local import LocalBackend
 from eyas.store import read_samples
 from eyas.store.captures import StateReader, read_capture_index
 
@@ -71,7 +71,7 @@ def test_vllm_capture_equals_transformers_states(smollm2, captured, vllm_generat
     rows, manifest = read_capture_index(captured)
     assert manifest["backend"] == "vllm" and manifest["layers"][-1] == 30
     assert sorted(r.id for r in rows) == sorted(_outputs(vllm_generated))
-    local = LocalCapture(smollm2, manifest["layers"])
+    local = LocalBackend(smollm2, [], 0, device="cpu", capture_layers=manifest["layers"])
     reader = StateReader()
     for row in rows[:4]:
         want = local._forward(row.input_ids)

@@ -55,6 +55,7 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
+from eyas.backends.vllm.conventions import text_only_args
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
@@ -136,8 +137,9 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     from eyas.hf_models import target_model
     from eyas.serving.vllm import vllm_server
 
-    ctx = target_model(cfg.target).context_length
-    args = ["--max-model-len", str(min(ctx, 8192)), "--enforce-eager"]
+    target = target_model(cfg.target)
+    args = ["--max-model-len", str(min(target.context_length, 8192)), "--enforce-eager"]
+    args += text_only_args(target.wrapper)
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
     if drafter:

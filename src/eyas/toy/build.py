@@ -2,9 +2,11 @@
 
     eyas toy build --preset tiny            # about 30 s; the test suite's fixture
     eyas toy build --preset small           # a few minutes; the quickstart's target
+    eyas toy build --preset kimi            # Kimi-K2.5's layout: DeepSeek-V3, MLA, MoE, YaRN
 
 The result is a plain Hugging Face model directory (config, safetensors, tokenizer files, chat
-template, generation config, `toy.json`) loadable without `trust_remote_code`. Without
+template, generation config, `toy.json`) loadable without `trust_remote_code`; the `kimi`
+preset's is laid out as Kimi-K2.5's checkpoint (`eyas.toy.kimi_k25`). Without
 `--out` it is cached under `$EYAS_CACHE` (default: the user cache dir) keyed by preset, build
 version and seed; concurrent builds take a file lock and publish by atomic rename.
 """
@@ -28,16 +30,20 @@ from eyas.records import Conversation
 from eyas.render.renderer import Renderer, last_assistant_index
 from eyas.sources import convert_rows
 from eyas.tools.typescript import encode_tools_typescript
+from eyas.toy import kimi_k25
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.naive import naive_glaive_messages
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
 from eyas.toy.train import PRESETS, build_examples, train_model
 
 BUILD_VERSION = 5
+# A preset with its own build version: its cache key moves without rebuilding the others.
+BUILD_VERSIONS = {"kimi": 1}
+KIMI_LAYOUT = {"kimi"}  # presets built in Kimi-K2.5's checkpoint layout
 KIMI = get_model_format("kimi-k2.5")  # the toy target's format
 HELDOUT_PER_FAMILY = 40
 QUALITY_MAX_NEW_TOKENS = 128
-AUX_LAYERS = {"tiny": [1, 2, 3], "small": [1, 2, 4]}
+AUX_LAYERS = {"tiny": [1, 2, 3], "small": [1, 2, 4], "kimi": [1, 2, 3]}
 
 
 def cache_root() -> Path:
@@ -47,8 +53,12 @@ def cache_root() -> Path:
     return Path(base) / "eyas"
 
 
+def build_version(preset: str) -> int:
+    return BUILD_VERSIONS.get(preset, BUILD_VERSION)
+
+
 def default_dir(preset: str, seed: int = 0) -> Path:
-    return cache_root() / f"toy-{preset}-v{BUILD_VERSION}-seed{seed}"
+    return cache_root() / f"toy-{preset}-v{build_version(preset)}-seed{seed}"
 
 
 def toy_conversations(preset: str, seed: int) -> tuple[list[Conversation], list[Conversation]]:
@@ -225,9 +235,14 @@ def _build_into(tmp: Path, preset: str, seed: int, log: Callable[[str], None]) -
     renderer = Renderer(tmp, tokenizer=tokenizer)
     examples = build_examples(renderer, train, random.Random(seed))
     log(f"tokenizer: {len(tokenizer)} tokens; {len(examples)} training turns")
-    config = LlamaConfig(**_llama_config(preset, tokenizer))
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    if preset in KIMI_LAYOUT:
+        kimi_k25.write_config(tmp, PRESETS[preset], tokenizer)
+        model = kimi_k25.new_text_model(tmp, seed)
+        config = model.config
+    else:
+        config = LlamaConfig(**_llama_config(preset, tokenizer))
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
     progress = lambda s, n, loss: log(f"train step {s}/{n} loss {loss:.3f}")  # noqa: E731
     rounds = [
         train_model(model, examples, PRESETS[preset], seed, tokenizer.pad_token_id, log=progress)
@@ -256,7 +271,13 @@ def _build_into(tmp: Path, preset: str, seed: int, log: Callable[[str], None]) -
             f"the toy {preset} target (seed {seed}) missed its quality gates after "
             f"{len(rounds)} training rounds: {', '.join(failed)}",
         )
-    model.save_pretrained(tmp, safe_serialization=True)
+    saved = model
+    if preset in KIMI_LAYOUT:
+        saved = kimi_k25.widen_latent(model, tmp, seed)
+        kimi_k25.check_same_function(model, saved, examples[:8], tokenizer.pad_token_id)
+        kimi_k25.save_checkpoint(saved, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     GenerationConfig(
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,
@@ -266,15 +287,17 @@ def _build_into(tmp: Path, preset: str, seed: int, log: Callable[[str], None]) -
     info = {
         "preset": preset,
         "seed": seed,
-        "build_version": BUILD_VERSION,
+        "build_version": build_version(preset),
         "profile": renderer.model_format.name,
-        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "num_parameters": sum(p.numel() for p in saved.parameters()),
         "aux_layers": AUX_LAYERS[preset],
         "training": {"rounds": rounds},
         "quality": quality,
         "quality_gates": QUALITY_GATES,
         "build_seconds": round(time.time() - t0, 1),
     }
+    if preset in KIMI_LAYOUT:
+        info["trained_kv_lora_rank"] = model.config.kv_lora_rank  # see kimi_k25.new_text_model
     (tmp / "toy.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 

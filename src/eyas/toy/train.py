@@ -33,10 +33,13 @@ class ModelPreset:
     lr: float
 
 
-# head_dim is 32 in both: vLLM's CPU attention kernels support only some head sizes (24 fails).
+# head_dim is 32 in all: vLLM's CPU attention kernels support only some head sizes (24 fails),
+# and the drafter takes the target's heads. `kimi` is Kimi-K2.5-shaped (`eyas.toy.kimi_k25`: a
+# DeepSeek-V3 with MLA and MoE in the K2.5 wrapper; its key/value heads are its heads).
 PRESETS = {
     "tiny": ModelPreset(1024, 96, 256, 4, 3, 1, 120, 4.0, 1536, 3e-3),
     "small": ModelPreset(2048, 192, 512, 4, 6, 2, 400, 2.5, 2048, 2.5e-3),
+    "kimi": ModelPreset(1024, 96, 256, 4, 3, 3, 120, 4.0, 1536, 3e-3),
 }
 
 

@@ -22,6 +22,13 @@ step's `iteration_stats.num_prompt_tokens` to `vllm:prompt_tokens` and
 gauges `vllm:num_requests_running` / `vllm:num_requests_waiting` from the scheduler's stats:
 the counters grow with every step the engine computes, prefill (capture) included, so they
 tell a queued or long request on a working server from a stalled or dead one.
+
+**Wrappers served for text.** A vision-language wrapper (Kimi-K2.5's
+`KimiK25ForConditionalGeneration`) is served with `--language-model-only`: every modality's
+limit becomes 0 (`vllm/config/multimodal.py` `MultiModalConfig.get_limit_per_prompt`), and
+`SupportsMultiModal._mark_tower_model` (`vllm/model_executor/models/interfaces.py`) builds the
+towers as `StageMissingLayer`s, which `AutoWeightsLoader._load_module`
+(`vllm/model_executor/models/utils.py`) skips: their weights are neither allocated nor read.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ SPECULATORS_TYPE_KEY = "speculators_model_type"
 # `update_eagle3`: `config_dict.get("norm_before_residual", True)`
 NORM_BEFORE_RESIDUAL_DEFAULT = True
 
+TEXT_ONLY_FLAG = "--language-model-only"
+
 METRIC_PREFIX = "vllm:spec_decode_"
 SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 _METRIC = re.compile(r"^(vllm:spec_decode_\w+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
@@ -57,6 +66,11 @@ def to_vllm_layer_ids(hf_ids: list[int]) -> list[int]:
 
 def from_vllm_layer_ids(vllm_ids: list[int]) -> list[int]:
     return [int(i) + LAYER_ID_OFFSET for i in vllm_ids]
+
+
+def text_only_args(wrapper: bool) -> list[str]:
+    """Server flags for a target eyas uses for its text only (`TargetModel.wrapper`)."""
+    return [TEXT_ONLY_FLAG] if wrapper else []
 
 
 def parse_spec_metrics(text: str) -> dict[str, Any]:
