@@ -380,6 +380,10 @@ def capture(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> No
     "capture_backend",
     Flag("capture_urls", "--capture-url"),
     "out",
+    "method",
+    "draft_layers",
+    "block_size",
+    "head_dim",
     "steps",
     "ttt",
     "draft_vocab",
@@ -395,7 +399,8 @@ def capture(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> No
     "trust_remote_code",
 )
 def train(config: ConfigOpt = None, set_: SetOpt = None, *, flags: dict) -> None:
-    """Train an EAGLE-3 drafter (target online, or from captured states); rerun to resume."""
+    """Train a drafter (EAGLE-3, EAGLE-3.1 or DFlash; target online, or from captured
+    states); rerun to resume."""
     from rich.progress import Progress
 
     from eyas.config import build_config

@@ -69,6 +69,16 @@ def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
     return export_drafter(folder, "vllm", scratch / "vllm-drafter", cfg.target, cfg.k)
 
 
+def speculative_config(cfg: EvalConfig, scratch: Path) -> dict:
+    """vLLM's `--speculative-config` for the drafter: its method names vLLM's method
+    (`eagle3` for EAGLE-3 and EAGLE-3.1, `dflash`) for its vLLM export."""
+    from eyas.drafter.registry import method_reading
+
+    folder = _vllm_drafter(cfg, scratch)
+    method = method_reading(json.loads((folder / "config.json").read_text()))
+    return method.vllm_speculative_config(folder, cfg.k)
+
+
 async def _complete(session, url: str, prompts: list[dict], cfg: EvalConfig, model: str):
     """Token-id completions, all in flight at once; returns ids per prompt and seconds."""
     headers = json_headers(None)
@@ -125,12 +135,7 @@ def _vllm(cfg: EvalConfig, scratch: Path, speculative: bool, log):
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
     if speculative:
-        spec = {
-            "method": "eagle3",
-            "model": str(_vllm_drafter(cfg, scratch)),
-            "num_speculative_tokens": cfg.k,
-        }
-        args += ["--speculative-config", json.dumps(spec)]
+        args += ["--speculative-config", json.dumps(speculative_config(cfg, scratch))]
     log(f"starting vLLM ({'with the drafter' if speculative else 'baseline, no drafter'})")
     name = "spec" if speculative else "base"
     with vllm_server(
