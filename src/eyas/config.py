@@ -278,7 +278,7 @@ class TrainConfig(_Strict):
     head_dim: int | None = Field(
         None,
         ge=8,
-        description="drafter head dim (default: hidden/heads if 64, 128 or 256, else 128)",
+        description="drafter head dim (default: hidden/heads if 32, 64, 128 or 256, else 128)",
     )
     block_size: int = Field(
         8, ge=2, description="dflash: tokens per block (the anchor, then block_size - 1 drafts)"

@@ -3,9 +3,10 @@
 A drafter copies the target's hidden size (its embedding and head are the target's) and, by
 default, its attention heads. Its head dimension is the target's `hidden / heads` only when
 that is a size the engines' attention kernels are built for; otherwise it is 128, the size
-every MHA backend on Hopper and Blackwell ships (FlashAttention-3, FlashInfer and TRT-LLM
-instantiate head dims 64, 128 and 256; FlashInfer has no kernel for 112). The q/k/v
-projections then map 2H (EAGLE-3) or H (DFlash) to heads x 128, which need not equal H.
+every MHA backend on Hopper and Blackwell ships. FlashAttention-3, FlashInfer and TRT-LLM all
+instantiate head dims 64, 128 and 256 (FlashInfer has no kernel for 112); 32, which
+FlashAttention-2 and PyTorch SDPA serve, is kept for toy-size targets. The q/k/v projections
+then map 2H (EAGLE-3) or H (DFlash) to heads x 128, which need not equal H.
 
 Kimi-K2.5 (DeepSeek-V3 text model, hidden 7168, 64 heads) gives 7168 / 64 = 112: its drafter
 gets 64 heads x 128, the shape of the published `lightseekorg/kimi-k2.5-eagle3` (config.json:
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from eyas.hf_models import TargetModel
 
-KERNEL_HEAD_DIMS = (64, 128, 256)
+KERNEL_HEAD_DIMS = (32, 64, 128, 256)
 DEFAULT_HEAD_DIM = 128
 
 # Published drafter shapes, by (text model_type, hidden_size) of the target: the Llama-layer

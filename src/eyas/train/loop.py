@@ -92,6 +92,7 @@ class Trainer:
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
+        cfg.out.mkdir(parents=True, exist_ok=True)
         self.method: DraftMethod = get_method(cfg.method)
         tmodel = target_model(cfg.target)
         self.max_len = cfg.max_len or tmodel.context_length
