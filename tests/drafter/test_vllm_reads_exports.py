@@ -9,7 +9,6 @@ and `vllm.model_executor.layers.rotary_embedding.get_rope` (`YaRNScalingRotaryEm
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,12 +24,14 @@ pytestmark = pytest.mark.vllm
 PROBE = r"""
 import json, sys
 import torch
+from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.transformers_utils.config import get_config
 from vllm.model_executor.layers.rotary_embedding import get_rope
 out = {}
 for path in sys.argv[1:]:
     c = get_config(path, trust_remote_code=False)
-    rope = get_rope(c.head_dim, c.max_position_embeddings, True, c.rope_parameters, torch.float32)
+    with set_current_vllm_config(VllmConfig()):
+        rope = get_rope(c.head_dim, c.max_position_embeddings, True, c.rope_parameters, torch.float32)
     cache = rope.cos_sin_cache[:64]
     out[path] = {
         "architectures": c.architectures,
@@ -43,15 +44,6 @@ for path in sys.argv[1:]:
     }
 print("JSON" + json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        ["bash", str(root / "tools" / "vllm_env.sh")], check=True, capture_output=True, text=True
-    )
-    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
 
 
 def test_vllm_reads_eagle3_1_and_dflash_exports_as_trained(tmp_path, vllm_python):
@@ -84,11 +76,13 @@ def test_vllm_reads_eagle3_1_and_dflash_exports_as_trained(tmp_path, vllm_python
     assert dfl["dflash_config"]["mask_token_id"] == models["dflash"].config.mask_token_id
     # z-lab layout: vLLM adds one to target_layer_ids when it captures (eagle3_utils.py)
     assert zlab["dflash_config"]["target_layer_ids"] == [0, 2]
-    # the rotation vLLM serves (cos, sin at positions 0..63) is the one eyas trained with
+    # the rotation vLLM serves (its cos, sin cache; YaRN's covers factor x the original
+    # positions) is the one eyas trained with
     for name, probe in (("e31", e31), ("dflash", dfl), ("zlab", zlab)):
         cfg = models["dflash" if name == "zlab" else name].config
+        assert len(probe["cos_sin"]) >= 16  # factor x original positions
         assert probe["rope_parameters"]["rope_type"] == "yarn"
         inv, mscale = inv_freq_and_mscale(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-        angles = torch.arange(64).float()[:, None] * inv
+        angles = torch.arange(len(probe["cos_sin"])).float()[:, None] * inv
         want = torch.cat([angles.cos() * mscale, angles.sin() * mscale], -1)
         assert torch.allclose(torch.tensor(probe["cos_sin"]), want, atol=1e-5), name
