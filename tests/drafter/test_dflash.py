@@ -128,6 +128,22 @@ def test_the_loss_reaches_exactly_the_trained_slots():
     assert [s.positions for s in stats] == [2, 1, 0]
 
 
+def test_a_batch_with_nothing_to_train_still_backpropagates():
+    """A rank whose share is a weight-0 padding sequence (DDP) trains nothing but must still
+    run a backward through the layers."""
+    model = tiny(5)
+    model.train()
+    sup = torch.zeros(1, 8, dtype=torch.long)
+    anchors, valid = select_anchors(sup, [8], 4, [0])
+    assert anchors.shape == (1, 1) and not valid.any()
+    states = model(torch.randint(0, V - 1, (1, 8)), torch.randn(1, 8, 2 * H), anchors)
+    teacher = Teacher(torch.randn(1, 8, H), model.lm_head.weight.detach())
+    loss, stats = block_loss(states, teacher, sup, anchors, valid, 0.0)
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and all(s.positions == 0 for s in stats)
+    assert model.fc.weight.grad is not None and not model.fc.weight.grad.any()
+
+
 def test_default_fused_layers_follow_z_lab_and_sglang():
     """`build_target_layer_ids` (z-lab `dflash/model.py`, SGLang `dflash_utils.py`), in HF terms
     (+1); a too-shallow target gets distinct evenly spread layers instead of duplicates."""

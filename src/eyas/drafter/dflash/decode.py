@@ -53,7 +53,7 @@ class DFlashProposer:
             [[self.anchor] + [self.model.config.mask_token_id] * k], device=self.device
         )
         positions = torch.arange(past, past + k + 1, device=self.device)[None]
-        states = self.model.blocks(ids, positions, self.kv, None)
+        states = self.model.blocks(ids, positions, self.kv)
         return self.model.lm_head(states[0, 1:]).float()
 
     @torch.no_grad()

@@ -86,15 +86,20 @@ class DFlashAttention(nn.Module):
         v = split_heads(self.v_proj(x), self.kv, self.d)
         return self.rotary.rotate(k, positions), v
 
-    def forward(self, x, positions, ctx_k, ctx_v, mask):
-        """x: [B, Q, H] the block's (normed) states at `positions`; ctx_k/v: [B, kv, L, d] the
-        context's; mask: [B, 1, Q, L + Q] (True = attend) or None (everything visible)."""
+    def forward(self, x, positions, ctx_k, ctx_v, groups=None):
+        """x: [B, Q, H] the blocks' (normed) states at `positions` [B, Q]; ctx_k/v: [B, kv, L, d]
+        the context's. `groups`: (query slice, mask [B, 1, q, L + q] with True = attend) per
+        group of blocks, each attending to the context and its own queries' keys; None: one
+        group, everything visible (decoding)."""
         q = self.rotary.rotate(self.q_norm(split_heads(self.q_proj(x), self.h, self.d)), positions)
         k, v = self.keys_values(x, positions)
-        keys = torch.cat([ctx_k, k], 2).repeat_interleave(self.h // self.kv, 1)
-        values = torch.cat([ctx_v, v], 2).repeat_interleave(self.h // self.kv, 1)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return self.o_proj(merge_heads(out))
+        rep = self.h // self.kv
+        outs = []
+        for sl, mask in groups or [(slice(None), None)]:
+            keys = torch.cat([ctx_k, k[:, :, sl]], 2).repeat_interleave(rep, 1)
+            values = torch.cat([ctx_v, v[:, :, sl]], 2).repeat_interleave(rep, 1)
+            outs.append(F.scaled_dot_product_attention(q[:, :, sl], keys, values, attn_mask=mask))
+        return self.o_proj(merge_heads(torch.cat(outs, 2)))
 
 
 class DFlashLayer(nn.Module):
@@ -105,8 +110,13 @@ class DFlashLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, h, positions, ctx_k, ctx_v, mask):
-        h = h + self.self_attn(self.input_layernorm(h), positions, ctx_k, ctx_v, mask)
+    def forward(self, h, positions, *, kv=None, context=None, context_positions=None, groups=None):
+        """The context's keys and values are `kv` (decoding keeps them), or are projected here
+        from `context` (training: inside the layer's own forward, as FSDP2 shards it)."""
+        if kv is None:
+            kv = self.self_attn.keys_values(context, context_positions)
+        attn = self.self_attn(self.input_layernorm(h), positions, *kv, groups)
+        h = h + attn
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -135,12 +145,13 @@ class DFlashDrafter(nn.Module):
         """Per layer, the context's (k, v) [B, kv, T, d] at `positions`."""
         return [layer.self_attn.keys_values(ctx, positions) for layer in self.layers]
 
-    def blocks(self, block_ids, positions, kv: list[tuple], mask) -> torch.Tensor:
-        """block_ids, positions: [B, Q]; kv: `context_kv`; mask: [B, 1, Q, L + Q] or None.
-        Returns the normalised block states [B, Q, H] (`self.lm_head` maps them to logits)."""
+    def blocks(self, block_ids, positions, kv: list[tuple]) -> torch.Tensor:
+        """Decoding: block_ids, positions [B, Q] after a context whose per-layer keys and values
+        are `kv` (`context_kv`), everything visible. Returns the normalised block states
+        [B, Q, H] (`self.lm_head` maps them to logits)."""
         h = self.embed_tokens(block_ids)
-        for layer, (ck, cv) in zip(self.layers, kv):
-            h = layer(h, positions, ck, cv, mask)
+        for layer, layer_kv in zip(self.layers, kv):
+            h = layer(h, positions, kv=layer_kv)
         return self.norm(h)
 
     def forward(
@@ -150,37 +161,37 @@ class DFlashDrafter(nn.Module):
         anchors: torch.Tensor,
         group: int = 64,
     ) -> torch.Tensor:
-        """The training forward: every anchored block of every row in one pass per group.
+        """The training forward: every anchored block of every row in one pass.
 
         Args:
             input_ids: [B, T] the sequences (x_a is read at each anchor).
             aux_hidden: [B, T, n*Ht] the target states of the fused layers.
             anchors: [B, A] anchor positions a >= 0 (padding anchors: any, masked by the loss).
-            group: anchors per attention call: blocks never see each other, so memory grows
-                with the group, not with A.
+            group: blocks per attention call: blocks never see each other, so the masks and
+                scores grow with the group, not with A.
 
         Returns:
             [B, A, bs, H] normalised states; slot i of the block at a predicts x_{a+i}.
         """
         cfg = self.config
         b, t = input_ids.shape
-        bs = cfg.block_size
+        a_count, bs = anchors.shape[1], cfg.block_size
         device = input_ids.device
         ctx_pos = torch.arange(t, device=device)
-        kv = self.context_kv(self.context(aux_hidden), ctx_pos)
+        ids = torch.full((b, a_count, bs), cfg.mask_token_id, dtype=torch.long, device=device)
+        ids[..., 0] = input_ids.gather(1, anchors)
+        positions = (anchors[..., None] + torch.arange(bs, device=device)).reshape(b, -1)
         own = torch.block_diag(*[torch.ones(bs, bs, dtype=torch.bool, device=device)] * group)
-        out = [aux_hidden.new_zeros(b, 0, bs, cfg.hidden_size)]
-        for start in range(0, anchors.shape[1], group):
+        groups = []
+        for start in range(0, a_count, group):
             a = anchors[:, start : start + group]  # [B, G]
-            g = a.shape[1]
-            slots = torch.arange(bs, device=device)
-            positions = (a[..., None] + slots).reshape(b, g * bs)  # [B, Q]
-            ids = torch.full((b, g, bs), cfg.mask_token_id, dtype=torch.long, device=device)
-            ids[..., 0] = input_ids.gather(1, a)
+            q = a.shape[1] * bs
             # a block sees the context strictly before its anchor, and itself
             before = (ctx_pos[None, None, :] < a[..., None]).repeat_interleave(bs, 1)
-            block = own[: g * bs, : g * bs].expand(b, -1, -1)
-            mask = torch.cat([before, block], -1)[:, None]  # [B, 1, Q, T + Q]
-            states = self.blocks(ids.reshape(b, g * bs), positions, kv, mask)
-            out.append(states.view(b, g, bs, -1))
-        return torch.cat(out, 1)
+            mask = torch.cat([before, own[:q, :q].expand(b, -1, -1)], -1)[:, None]
+            groups.append((slice(start * bs, start * bs + q), mask))
+        context = self.context(aux_hidden)
+        h = self.embed_tokens(ids.reshape(b, -1))
+        for layer in self.layers:
+            h = layer(h, positions, context=context, context_positions=ctx_pos, groups=groups)
+        return self.norm(h).view(b, a_count, bs, -1)

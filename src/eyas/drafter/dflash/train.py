@@ -33,7 +33,7 @@ from eyas.drafter.loss import StepStats, Teacher, soft_ce
 def select_anchors(
     supervised: torch.Tensor, lengths: list[int], max_anchors: int, seeds: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(anchors [B, A] long, valid [B, A] bool), A the most any row has; sorted per row."""
+    """(anchors [B, A] long, valid [B, A] bool), A the most any row has (>= 1); sorted per row."""
     rows = []
     for r, (n, seed) in enumerate(zip(lengths, seeds)):
         sup = supervised[r, :n].bool().cpu()
@@ -43,7 +43,9 @@ def select_anchors(
         gen = torch.Generator().manual_seed(seed)
         pick = candidates[torch.randperm(len(candidates), generator=gen)[:max_anchors]]
         rows.append(torch.sort(pick).values)
-    width = max((len(p) for p in rows), default=0)
+    # at least one (padding) anchor: a row or rank with nothing to train still runs the layers,
+    # so its zero loss is part of the graph (DDP's collective backward needs every rank's)
+    width = max(1, max((len(p) for p in rows), default=0))
     anchors = torch.zeros(len(rows), width, dtype=torch.long)
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for r, pick in enumerate(rows):

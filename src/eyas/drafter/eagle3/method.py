@@ -14,7 +14,13 @@ from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
 from eyas.drafter.eagle3.train import step_mask, ttt_loss
 from eyas.drafter.loss import StepStats, Teacher
-from eyas.drafter.method import DraftMethod, Prepared, check_layer_ids, target_tensor
+from eyas.drafter.method import (
+    DrafterLoadError,
+    DraftMethod,
+    Prepared,
+    check_layer_ids,
+    target_tensor,
+)
 from eyas.drafter.shape import drafter_shape
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
@@ -183,7 +189,7 @@ class Eagle3Method(DraftMethod):
             weights["embed_tokens.weight"] = target_tensor(folder, target_dir, "embed")
         if "d2t" not in weights:  # a full-vocabulary head: identity mapping
             if config.draft_vocab_size != config.vocab_size:
-                raise layouts.DrafterLoadError(f"{folder}: draft vocabulary without a d2t mapping")
+                raise DrafterLoadError(f"{folder}: draft vocabulary without a d2t mapping")
             weights["d2t"] = torch.zeros(config.draft_vocab_size, dtype=torch.long)
         if "t2d" not in weights:
             t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
