@@ -378,6 +378,10 @@ def capture(cfg: CaptureConfig) -> None:
     Flag("capture_urls", "--capture-url"),
     "capture_concurrency",
     "out",
+    "method",
+    "draft_layers",
+    "block_size",
+    "head_dim",
     "steps",
     "ttt",
     "draft_vocab",
@@ -393,7 +397,8 @@ def capture(cfg: CaptureConfig) -> None:
     "trust_remote_code",
 )
 def train(cfg: TrainConfig) -> None:
-    """Train an EAGLE-3 drafter (target online, or from captured states); rerun to resume."""
+    """Train a drafter (EAGLE-3, EAGLE-3.1 or DFlash; target online, or from captured
+    states); rerun to resume."""
     from rich.progress import Progress
 
     from eyas.train.loop import Trainer

@@ -343,7 +343,40 @@ class TrainConfig(_Strict):
     aux_layers: list[int] | None = Field(
         None, description="target layers fused by the drafter (default: SGLang's [2, N/2, N-3])"
     )
-    intermediate_size: int | None = None
+    intermediate_size: int | None = Field(
+        None, ge=1, description="drafter MLP width (default: the target's, or a published shape)"
+    )
+    method: str = Field(
+        "eagle3",
+        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output) "
+        "or dflash",
+    )
+    draft_layers: int | None = Field(
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 1)"
+    )
+    num_attention_heads: int | None = Field(
+        None, ge=1, description="drafter attention heads (default: the target's)"
+    )
+    head_dim: int | None = Field(
+        None,
+        ge=8,
+        description="drafter head dim (default: hidden/heads if 32, 64, 128 or 256, else 128)",
+    )
+    block_size: int = Field(
+        8, ge=2, description="dflash: tokens per block (the anchor, then block_size - 1 drafts)"
+    )
+    max_anchors: int = Field(512, ge=1, description="dflash: blocks drawn per sequence")
+    dflash_weighting: Literal["decay", "dpace"] = Field(
+        "decay", description="dflash: slot weights exp(-(i-1)/gamma), or D-PACE"
+    )
+    dflash_gamma: float = Field(4.0, gt=0, description="dflash: decay of the slot weights")
+    dpace_alpha: float = Field(0.5, ge=0, le=1, description="dflash: D-PACE smoothing")
+    mask_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="dflash: the mask token (default: the target's pad token, else an id "
+        "no training sequence uses)",
+    )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
     )
@@ -351,8 +384,19 @@ class TrainConfig(_Strict):
     fsdp: bool = Field(False, description="FSDP2 under torchrun; DDP otherwise")
     trust_remote_code: bool = False
 
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        from eyas.drafter.registry import METHODS
+
+        if value not in METHODS:
+            raise ValueError(f"method is one of {sorted(METHODS)}, not {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _sources(self) -> TrainConfig:
+        if self.method.startswith("eagle3") and (self.draft_layers or 1) != 1:
+            raise ValueError("EAGLE-3 drafters have one decoder layer (draft_layers = 1)")
         if self.hidden_states is None and self.data is None:
             raise ValueError("give --data (samples) or --hidden-states (an eyas capture)")
         if self.capture_ahead and self.data is None:

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-import eyas.evaluate.speculative as spec
-from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
+from eyas.drafter.registry import method_of
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.speculative import greedy_reference, speculative_decode
 from eyas.render import Renderer
@@ -16,7 +16,7 @@ def random_drafter(target, aux=(1, 2, 3), seed=0):
     torch.manual_seed(seed)
     c = target.config
     vocab = target.get_output_embeddings().weight.shape[0]
-    cfg = DrafterConfig(
+    cfg = Eagle3Config(
         hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size,
         num_attention_heads=c.num_attention_heads,
@@ -53,45 +53,50 @@ def prompts(toy_tiny):
     return out
 
 
-class _OracleCache(spec.DraftCache):
-    def __init__(self):
-        super().__init__()
-        self.tokens = []
+class FunctionOfTheTarget:
+    """A proposer (`eyas.drafter.method.Proposer`) that drafts `choose(greedy id)` along the
+    target's own greedy continuation of the verified context."""
 
-    def __len__(self):
-        return len(self.tokens)
+    def __init__(self, target, prompt, choose):
+        self.aux_layers = [1, 2, 3]
+        self.target, self.choose = target, choose
+        self.context = [prompt[0]]  # x_0, then each verified position's following token
 
-    def crop(self, length):
-        self.tokens = self.tokens[:length]
+    def extend(self, tokens_after, aux):
+        self.context += tokens_after
 
-
-def _patch_drafter(monkeypatch, target, prompt, choose):
-    """Replace the drafter with a function of the target: `choose(greedy_id) -> draft id`."""
-    state = {}
-
-    def fake_forward(model, input_ids, hidden, cache):
-        cache.tokens += input_ids[0].tolist()
-        seq = [state["first"], *cache.tokens]  # x_0 followed by x_{j+1} for each position j
+    def propose(self, k, temperature, generator):
+        cur, drafts = list(self.context), []
         with torch.no_grad():
-            logits = target(input_ids=torch.tensor([seq])).logits[0, -input_ids.shape[1] :]
-        vocab = logits.shape[-1]
-        out = torch.full((1, input_ids.shape[1], vocab), -1e9)
-        for i, row in enumerate(logits):
-            out[0, i, choose(int(row.argmax()), vocab)] = 0.0
-        return out, torch.zeros_like(hidden)
+            for _ in range(k):
+                logits = self.target(input_ids=torch.tensor([cur])).logits[0, -1]
+                d = self.choose(int(logits.argmax()), logits.shape[-1])
+                drafts.append(d)
+                cur.append(d)
+        return drafts, None
 
-    state["first"] = prompt[0]
-    monkeypatch.setattr(spec, "DraftCache", _OracleCache)
-    monkeypatch.setattr(spec, "draft_forward", fake_forward)
+
+def decode(target, proposer, prompt, k, n, stop, temperature=0.0, gen=None):
+    if not hasattr(proposer, "propose"):  # a drafter model: its method's proposer
+        proposer = method_of(proposer).proposer(proposer)
+    return speculative_decode(
+        target,
+        proposer,
+        prompt,
+        k=k,
+        max_new_tokens=n,
+        stop_ids=stop,
+        temperature=temperature,
+        generator=gen,
+    )
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_oracle_drafter_gives_k_plus_one(monkeypatch, target, prompts, toy_tiny, k):
-    drafter = random_drafter(target)
+def test_oracle_drafter_gives_k_plus_one(target, prompts, k):
     for p in prompts[:3]:  # no stop tokens: every run reaches the full length
-        _patch_drafter(monkeypatch, target, p, lambda greedy, v: greedy)
+        oracle = FunctionOfTheTarget(target, p, lambda greedy, v: greedy)
         n = 1 + (k + 1) * 20  # the prefill token, then 20 full verify steps
-        res = speculative_decode(target, drafter, p, k, n, set(), [1, 2, 3])
+        res = decode(target, oracle, p, k, n, set())
         assert res.accepted == [k] * 20
         m = acceptance_metrics(res.accepted, res.produced, k)
         assert m["acceptance_length"] == k + 1 and m["mean_accepted_drafts"] == k
@@ -99,11 +104,10 @@ def test_oracle_drafter_gives_k_plus_one(monkeypatch, target, prompts, toy_tiny,
         assert res.tokens == greedy_reference(target, p, n, set())
 
 
-def test_adversary_drafter_gives_one(monkeypatch, target, prompts):
-    drafter = random_drafter(target)
+def test_adversary_drafter_gives_one(target, prompts):
     p = prompts[0]
-    _patch_drafter(monkeypatch, target, p, lambda greedy, v: (greedy + 1) % v)
-    res = speculative_decode(target, drafter, p, 3, 40, set(), [1, 2, 3])
+    adversary = FunctionOfTheTarget(target, p, lambda greedy, v: (greedy + 1) % v)
+    res = decode(target, adversary, p, 3, 40, set())
     m = acceptance_metrics(res.accepted, res.produced, 3)
     assert m["acceptance_length"] == 1.0 and m["histogram"][0] == m["verify_steps"]
     assert m["histogram"] == [m["verify_steps"], 0, 0, 0]
@@ -114,7 +118,7 @@ def test_lossless_at_temperature_zero_with_a_random_drafter(target, prompts, toy
     stop = set(Renderer(toy_tiny).stop_token_ids())
     for seed, p in enumerate(prompts):
         drafter = random_drafter(target, seed=seed)
-        res = speculative_decode(target, drafter, p, 3, 48, stop, [1, 2, 3])
+        res = decode(target, drafter, p, 3, 48, stop)
         assert res.tokens == greedy_reference(target, p, 48, stop)
         assert sum(res.produced) == len(res.tokens) - 1  # all but the prefill token
 
@@ -147,7 +151,7 @@ def test_distribution_is_the_targets_at_temperature_one():
     counts = torch.zeros(6)
     n = 2500
     for _ in range(n):
-        res = speculative_decode(target, drafter, prompt, 2, 2, set(), [0, 1, 2], 1.0, gen)
+        res = decode(target, drafter, prompt, 2, 2, set(), 1.0, gen)
         counts[res.tokens[1]] += 1
     tv = 0.5 * float((counts / n - exact).abs().sum())
     assert tv < 0.04, (counts / n, exact)

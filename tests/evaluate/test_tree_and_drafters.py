@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 
 from eyas.cli import app
 from eyas.drafter.load import load_drafter
+from eyas.drafter.registry import method_of
 from eyas.evaluate.speculative import greedy_reference, speculative_decode
+from eyas.evaluate.tree import tree_decode
 from eyas.hf_models import load_frozen_lm
 from eyas.render import Renderer
 
@@ -26,11 +28,30 @@ def setting(toy_tiny, toy_samples, trained_drafter):
     return target, drafter, stop, prompts[::3]
 
 
+def chain(target, drafter, p, k, n, stop):
+    proposer = method_of(drafter).proposer(drafter)
+    return speculative_decode(target, proposer, p, k=k, max_new_tokens=n, stop_ids=stop)
+
+
+def tree(target, drafter, p, depth, topk, nodes, n, stop):
+    proposer = method_of(drafter).tree_proposer(drafter)
+    return tree_decode(
+        target,
+        proposer,
+        p,
+        depth=depth,
+        topk=topk,
+        num_draft_tokens=nodes,
+        max_new_tokens=n,
+        stop_ids=stop,
+    )
+
+
 def test_a_partly_accepted_drafter_is_lossless_with_real_cache_cropping(setting):
     target, drafter, stop, prompts = setting
     hist = [0] * 4
     for p in prompts:
-        res = speculative_decode(target, drafter, p, 3, 48, stop, drafter.config.aux_layer_ids)
+        res = chain(target, drafter, p, 3, 48, stop)
         assert res.tokens == greedy_reference(target, p, 48, stop)
         for a in res.accepted:
             hist[a] += 1
@@ -40,12 +61,10 @@ def test_a_partly_accepted_drafter_is_lossless_with_real_cache_cropping(setting)
 
 def test_a_tree_of_one_branch_is_the_chain(setting):
     target, drafter, stop, prompts = setting
-    from eyas.evaluate.tree import tree_decode
-
     for p in prompts:
-        chain = speculative_decode(target, drafter, p, 3, 48, stop, drafter.config.aux_layer_ids)
-        tree = tree_decode(target, drafter, p, 3, 1, 3, 48, stop, drafter.config.aux_layer_ids)
-        assert tree.tokens == chain.tokens and tree.accepted == chain.accepted
+        one = chain(target, drafter, p, 3, 48, stop)
+        branch = tree(target, drafter, p, 3, 1, 3, 48, stop)
+        assert branch.tokens == one.tokens and branch.accepted == one.accepted
 
 
 @pytest.mark.parametrize(("topk", "nodes"), [(2, 4), (4, 8)])
@@ -53,17 +72,7 @@ def test_tree_drafts_are_lossless(setting, topk, nodes):
     target, drafter, stop, prompts = setting
     accepted = []
     for p in prompts:
-        res = speculative_decode(
-            target,
-            drafter,
-            p,
-            3,
-            48,
-            stop,
-            drafter.config.aux_layer_ids,
-            topk=topk,
-            num_draft_tokens=nodes,
-        )
+        res = tree(target, drafter, p, 3, topk, nodes, 48, stop)
         assert res.tokens == greedy_reference(target, p, 48, stop)
         assert all(a <= 3 for a in res.accepted)
         accepted += res.accepted

@@ -132,6 +132,24 @@ def test_two_gloo_processes_match_one(tmp_path, toy_tiny, toy_samples):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_two_gloo_processes_match_one_for_dflash(tmp_path, toy_tiny, toy_samples, fsdp):
+    """DFlash's anchors are drawn per sequence and batch position, not per rank: two ranks
+    (DDP, or FSDP2 with each draft layer its own unit) train the blocks one process trains."""
+    extra = 'method = "dflash"\nblock_size = 4\ndraft_layers = 2\nmax_anchors = 16\n'
+    one, two = _dist_configs(
+        tmp_path, toy_tiny, toy_samples, extra + f"fsdp = {str(fsdp).lower()}\n"
+    )
+    _train_cli(one, 1)
+    out = _train_cli(two, 2, port=29527 if fsdp else 29525)
+    assert ("FSDP2" in out) == fsdp
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
+
+
+@pytest.mark.slow
 def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_samples):
     """FSDP2 (fully_shard) on two CPU processes: same losses and weights as one process,
     checkpoints gathered from the shards, and a resume from a sharded checkpoint lands on

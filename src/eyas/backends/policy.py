@@ -371,7 +371,10 @@ class ServerPool:
                 changed = server.limit.overloaded()
             if error.reason in ("connection_error", "timeout"):
                 server.connection_failures += 1
-                if server.connection_failures >= _Server.DOWN_AFTER and len(self.servers) > 1:
+                # a server that refuses connections cools off, alone or beside others: its
+                # retries probe it first and requests not yet sent wait (or are not sent once
+                # the breaker trips) instead of each failing against it
+                if server.connection_failures >= _Server.DOWN_AFTER:
                     cool = min(
                         self.policy.max_backoff_s, self.policy.backoff_s * 2**server.cooloffs
                     )

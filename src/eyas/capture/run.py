@@ -36,6 +36,7 @@ from eyas.backends.base import BackendSettings
 from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
 from eyas.config import CaptureConfig
+from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
 from eyas.generate.engine import Stats
 from eyas.generate.progress import GenerationProgress
@@ -44,7 +45,6 @@ from eyas.jsonl import write_json
 from eyas.records import RequestError
 from eyas.store import load_table, quarantined_ids, select_trainable
 from eyas.store.captures import CaptureWriter, captured_ids
-from eyas.train.target import check_aux_layers, default_aux_layers
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -54,8 +54,9 @@ def capture_layers(target: Path, aux_layers: list[int] | None) -> tuple[list[int
     before its norm."""
     model = target_model(target)
     depth = model.num_layers
-    aux = aux_layers or default_aux_layers(depth)
-    check_aux_layers(aux, depth)
+    eagle3 = get_method("eagle3")  # a capture stores EAGLE-3's three layers (DFlash fuses them)
+    aux = aux_layers or eagle3.default_aux_layers(depth)
+    eagle3.check_aux_layers(aux, depth)
     return [*aux, depth], model
 
 

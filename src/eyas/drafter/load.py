@@ -1,11 +1,12 @@
-"""Load any EAGLE-3 drafter a user can pass:
+"""Load any drafter a user can pass, of any registered method:
 
 - the directory `eyas train --out` wrote (its final `drafter/`, or `step=N` for a checkpoint);
 - eyas's own drafter directory (`drafter_config.json` + `model.safetensors`);
-- an SGLang export (`LlamaForCausalLMEagle3` config) or a speculators export (`Eagle3Speculator`,
-  `speculators_model_type: eagle3`), including ones eyas did not write: the config is read
-  from the format's documented keys, the decoder layer may be named `midlayer.` or `layers.0.`,
-  and a missing embedding (servers take it from the target) is read from the target.
+- an SGLang or vLLM/speculators export, including ones eyas did not write (SGLang
+  `LlamaForCausalLMEagle3`, speculators `eagle3` with or without EAGLE-3.1's `fc_norm` /
+  `norm_output`, z-lab's `DFlashDraftModel`, speculators `dflash`): the method whose loader
+  reads the config reads it from the format's documented keys, and fills in what the layout
+  leaves to the engine (the target's embedding, DFlash's head) from the target.
 """
 
 from __future__ import annotations
@@ -13,21 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch import nn
 
-from eyas.backends.sglang import conventions as sglang
-from eyas.backends.vllm import conventions as vllm
-from eyas.drafter.model import DrafterConfig, Eagle3Drafter
-from eyas.errors import EyasError, unreadable
-from eyas.hf_models import target_model
+from eyas.drafter.method import DrafterLoadError
+from eyas.drafter.registry import get_method, method_reading
+from eyas.errors import unreadable
 from eyas.jsonl import read_json_object
-
-
-class DrafterLoadError(EyasError):
-    def __init__(self, detail: str):
-        super().__init__("bad_drafter", detail)
 
 
 def resolve_drafter_dir(path: str | Path, step: int | None = None) -> Path:
@@ -56,71 +50,14 @@ def resolve_drafter_dir(path: str | Path, step: int | None = None) -> Path:
     )
 
 
-def _layer_fields(layer: dict[str, Any]) -> dict[str, Any]:
-    rope = layer.get("rope_theta") or (layer.get("rope_parameters") or {}).get("rope_theta")
-    hidden, heads = layer["hidden_size"], layer["num_attention_heads"]
-    return {
-        "hidden_size": hidden,
-        "intermediate_size": layer["intermediate_size"],
-        "num_attention_heads": heads,
-        "num_key_value_heads": layer.get("num_key_value_heads", heads),
-        "vocab_size": layer["vocab_size"],
-        "head_dim": layer.get("head_dim") or hidden // heads,
-        "max_position_embeddings": layer.get("max_position_embeddings", 4096),
-        "rms_norm_eps": layer.get("rms_norm_eps", 1e-6),
-        "rope_theta": float(rope or 10000.0),
-    }
-
-
 def exported_aux_layers(cfg: dict[str, Any]) -> list[int] | None:
-    """The HF `hidden_states` indices an SGLang or speculators config makes the engine feed
-    the drafter (SGLang's ids are HF index - 1; speculators/vLLM's are the HF index)."""
-    if cfg.get(vllm.SPECULATORS_TYPE_KEY):
-        ids = cfg.get(vllm.AUX_IDS_KEY)
-        return vllm.from_vllm_layer_ids(ids) if ids else None
-    ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
-    return sglang.from_sglang_layer_ids(ids) if ids else None
+    """The HF `hidden_states` indices an exported config makes the engine feed the drafter."""
+    return method_reading(cfg).exported_aux_layers(cfg)
 
 
-def exported_config(cfg: dict[str, Any]) -> DrafterConfig:
-    """A DrafterConfig from an SGLang or speculators `config.json`; aux ids in HF terms."""
-    aux = exported_aux_layers(cfg)
-    if cfg.get("speculators_model_type") == "eagle3":
-        layer = cfg.get("transformer_layer_config") or {}
-        for unsupported in ("norm_before_fc", "fc_norm", "norm_output"):
-            if cfg.get(unsupported):
-                raise DrafterLoadError(f"speculators option {unsupported} is not supported")
-        # read as vLLM reads it: an absent key means True
-        extra = {
-            "norm_before_residual": bool(
-                cfg.get("norm_before_residual", vllm.NORM_BEFORE_RESIDUAL_DEFAULT)
-            )
-        }
-    elif sglang.EAGLE3_ARCHITECTURE in (cfg.get("architectures") or []):
-        layer = cfg
-        extra = {}
-    else:
-        raise DrafterLoadError(
-            f"unknown drafter config: architectures={cfg.get('architectures')}; expected "
-            "LlamaForCausalLMEagle3 (SGLang) or speculators eagle3"
-        )
-    if layer.get("num_hidden_layers", 1) != 1:
-        raise DrafterLoadError(
-            f"drafters with {layer.get('num_hidden_layers')} decoder layers are not supported"
-        )
-    fields = _layer_fields(layer)
-    if not aux:
-        raise DrafterLoadError(
-            "the config names no eagle_aux_hidden_state_layer_ids: which target layers it "
-            "fuses is unknown"
-        )
-    return DrafterConfig(
-        **fields,
-        draft_vocab_size=cfg.get("draft_vocab_size") or fields["vocab_size"],
-        target_hidden_size=cfg.get("target_hidden_size") or fields["hidden_size"],
-        aux_layer_ids=list(aux),
-        **extra,
-    )
+def exported_config(cfg: dict[str, Any]) -> Any:
+    """The drafter config of an exported `config.json`; aux ids in HF terms."""
+    return method_reading(cfg).read_export(cfg)
 
 
 def load_drafter(
@@ -128,7 +65,7 @@ def load_drafter(
     device: str = "cpu",
     step: int | None = None,
     target_dir: str | Path | None = None,
-) -> Eagle3Drafter:
+) -> nn.Module:
     """The drafter in eval mode, float32, on `device`."""
     folder = resolve_drafter_dir(path, step)
     weights_file = folder / "model.safetensors"
@@ -140,22 +77,15 @@ def load_drafter(
         raise unreadable(weights_file, "safetensors", exc) from exc
     if (folder / "drafter_config.json").exists():
         raw = read_json_object(folder / "drafter_config.json")
-        fields = DrafterConfig.__dataclass_fields__
-        cfg = DrafterConfig(**{k: v for k, v in raw.items() if k in fields})
+        method = get_method(raw.get("method", "eagle3"))  # drafters of eyas < 0.9: EAGLE-3
+        cfg = method.config_from_dict(raw)
     else:
-        cfg = exported_config(read_json_object(folder / "config.json"))
-    model = Eagle3Drafter(cfg)
+        exported = read_json_object(folder / "config.json")
+        method = method_reading(exported)
+        cfg = method.read_export(exported)
+    model = method.build_model(cfg)
     weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
-    if "embed_tokens.weight" not in weights:
-        weights["embed_tokens.weight"] = _target_embedding(folder, target_dir)
-    if "d2t" not in weights:  # a full-vocabulary head: identity mapping
-        if cfg.draft_vocab_size != cfg.vocab_size:
-            raise DrafterLoadError(f"{folder}: draft vocabulary without a d2t mapping")
-        weights["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
-    if "t2d" not in weights:
-        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-        t2d[torch.arange(cfg.draft_vocab_size) + weights["d2t"]] = True
-        weights["t2d"] = t2d
+    weights = method.complete_weights(weights, cfg, folder, target_dir)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise DrafterLoadError(
@@ -164,14 +94,10 @@ def load_drafter(
     return model.to(device).eval()
 
 
-def _target_embedding(folder: Path, target_dir: str | Path | None) -> torch.Tensor:
-    meta = folder / "eyas_export.json"
-    target = target_dir or (read_json_object(meta).get("target_dir") if meta.exists() else None)
-    if target is None:
-        raise DrafterLoadError(
-            f"{folder} ships no embed_tokens.weight: pass the target so it can be read from it"
-        )
-    found, _ = target_model(target).load_tensors("embed")
-    if "embed" not in found:
-        raise DrafterLoadError(f"no input embedding found in {target}")
-    return found["embed"].float()
+__all__ = [
+    "DrafterLoadError",
+    "exported_aux_layers",
+    "exported_config",
+    "load_drafter",
+    "resolve_drafter_dir",
+]

@@ -1,4 +1,8 @@
-"""Offline evaluation: lossless speculative decoding with the target and the drafter here."""
+"""Offline evaluation: lossless speculative decoding with the target and the drafter here.
+
+The drafter's method supplies the proposer (chain) or tree proposer; the target side is the
+same for every method, so acceptance is counted the same way for EAGLE-3 and DFlash.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,46 @@ import torch
 
 from eyas.config import EvalConfig
 from eyas.drafter.load import load_drafter
+from eyas.drafter.registry import method_of
+from eyas.errors import EyasError
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.prompts import FollowUps, Rounds
-from eyas.evaluate.speculative import greedy_reference, speculative_decode
+from eyas.evaluate.speculative import DecodeResult, greedy_reference, speculative_decode
 from eyas.hf_models import load_frozen_lm
+
+
+def decode_one(
+    target, drafter, prompt_ids: list[int], cfg: EvalConfig, stop: set[int], gen
+) -> DecodeResult:
+    """One prompt, chain or tree, through the drafter's method."""
+    method = method_of(drafter)
+    if cfg.topk > 1:
+        from eyas.evaluate.tree import tree_decode
+
+        proposer = method.tree_proposer(drafter)
+        if proposer is None:
+            raise EyasError("bad_flag", f"{method.name} drafts no trees: evaluate it with --topk 1")
+        return tree_decode(
+            target,
+            proposer,
+            prompt_ids,
+            depth=cfg.k,
+            topk=cfg.topk,
+            num_draft_tokens=cfg.num_draft_tokens or cfg.k,
+            max_new_tokens=cfg.max_new_tokens,
+            stop_ids=stop,
+            temperature=cfg.temperature,
+        )
+    return speculative_decode(
+        target,
+        method.proposer(drafter),
+        prompt_ids,
+        k=cfg.k,
+        max_new_tokens=cfg.max_new_tokens,
+        stop_ids=stop,
+        temperature=cfg.temperature,
+        generator=gen,
+    )
 
 
 def evaluate_offline(
@@ -39,21 +79,15 @@ def evaluate_offline(
     mismatches: list[str] = []
     start = time.time()
     tokens = 0
+    block = getattr(drafter.config, "block_size", None)
+    if block is not None and cfg.k != block - 1:
+        log(
+            f"note: the drafter was trained on blocks of {block} ({block - 1} drafts); "
+            f"evaluating blocks of {cfg.k + 1}"
+        )
     rounds = Rounds(prompts, follow_ups)
     for p in chain.from_iterable(rounds):  # lazily: a round is built after the one before
-        res = speculative_decode(
-            target,
-            drafter,
-            p["prompt_ids"],
-            cfg.k,
-            cfg.max_new_tokens,
-            stop,
-            drafter.config.aux_layer_ids,
-            cfg.temperature,
-            gen,
-            topk=cfg.topk,
-            num_draft_tokens=width,
-        )
+        res = decode_one(target, drafter, p["prompt_ids"], cfg, stop, gen)
         tokens += len(res.tokens)
         rounds.outputs[p["id"]] = res.tokens
         per_ds[p["dataset"]]["accepted"] += res.accepted
@@ -81,4 +115,5 @@ def evaluate_offline(
         "output_tokens": tokens,
         "outputs": rounds.outputs,
         "rounds": rounds.sizes,
+        "method": drafter.config.method,
     }

@@ -6,9 +6,9 @@ client policy (`eyas.backends`): the target is never loaded in this process.
     eyas eval ... --backend sglang --url http://spec:30000 --baseline-url http://base:30000
 
 - vLLM: the target runs with `--speculative-config {"method": "eagle3", ...}`
-  (`_vllm_speculative_config`); acceptance comes from vLLM's own counters on `/metrics`
-  (drafts, draft tokens, accepted tokens, accepted per position), read before and after each
-  dataset of each round, the differences summed. A server that exports no spec-decode
+  (`_vllm_speculative_config`, asked of the drafter's method); acceptance comes from vLLM's
+  own counters on `/metrics` (drafts, draft tokens, accepted tokens, accepted per position),
+  read before and after each dataset of each round, the differences summed. A server that exports no spec-decode
   counters has no drafter: that is an error (`no_speculation`), not acceptance 0. A drafter
   that is not already in speculators format is exported for vLLM first.
 - SGLang: token-id prompts to `/generate`; a finished request's `meta_info` carries
@@ -111,8 +111,13 @@ def counter_figures(counts: dict, k: int) -> dict[str, Any]:
 
 
 def _vllm_speculative_config(cfg: EvalConfig, drafter_dir: Path) -> dict[str, Any]:
-    """vLLM's `--speculative-config` for the drafter (the drafter method's to decide)."""
-    return {"method": "eagle3", "model": str(drafter_dir), "num_speculative_tokens": cfg.k}
+    """vLLM's `--speculative-config` for the drafter's vLLM export: its method names vLLM's
+    method (`eagle3` for EAGLE-3 and EAGLE-3.1, `dflash`)."""
+    from eyas.drafter.registry import method_reading
+    from eyas.jsonl import read_json_object
+
+    method = method_reading(read_json_object(drafter_dir / "config.json"))
+    return method.vllm_speculative_config(drafter_dir, cfg.k)
 
 
 def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:

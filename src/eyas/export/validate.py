@@ -1,9 +1,11 @@
 """The export validator: run on every export and as `eyas export check DIR`.
 
-It knows which tensors SGLang and vLLM load and checks their presence, shapes, dtypes and
-values: the embedding must equal the target's (random embeddings: bug class #50), d2t/t2d
-must agree, the aux layer ids must lie inside the target's depth, and
-`max_position_embeddings` must cover the training data's p99 length (bug class #48).
+The drafter's method (found by the loader's rule) says which tensors SGLang and vLLM load for
+its layout (`DraftMethod.expected_tensors`); the validator checks their presence, shapes,
+dtypes and values: a shipped embedding must equal the target's (random embeddings: bug class
+#50), d2t/t2d must agree, the fused layer ids must lie inside the target's depth and be the
+layers the drafter was trained on, and `max_position_embeddings` must cover the training
+data's p99 length (bug class #48).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from eyas.backends.sglang import conventions as sglang
-from eyas.drafter.load import exported_aux_layers
+from eyas.drafter.method import DrafterLoadError
+from eyas.drafter.registry import method_reading
 from eyas.errors import EyasError, RefusedError, unreadable
 from eyas.hf_models import TargetModel, target_model
 from eyas.jsonl import read_json_object
@@ -52,36 +54,16 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
     except (SafetensorError, OSError) as exc:
         raise unreadable(path / "model.safetensors", "safetensors", exc) from exc
     # every layer check below is in HF `hidden_states` terms, whatever the engine writes
-    aux = exported_aux_layers(cfg)
-    if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:
-        layer = cfg
-    elif cfg.get("speculators_model_type") == "eagle3":
-        layer = cfg.get("transformer_layer_config") or {}
-    else:
-        raise ExportError([f"unknown drafter config: architectures={cfg.get('architectures')}"])
+    try:
+        method = method_reading(cfg)
+    except DrafterLoadError as exc:
+        raise ExportError([exc.detail]) from exc
+    aux = method.exported_aux_layers(cfg)
+    layer = cfg.get("transformer_layer_config") or cfg
     h, v = layer.get("hidden_size"), layer.get("vocab_size")
-    dv, ht = cfg.get("draft_vocab_size"), cfg.get("target_hidden_size") or h
-    nh, nkv = layer.get("num_attention_heads"), layer.get("num_key_value_heads")
-    hd = layer.get("head_dim") or (h // nh if h and nh else None)
-    inter = layer.get("intermediate_size")
-    expected = {
-        "fc.weight": (h, 3 * ht),
-        "norm.weight": (h,),
-        "lm_head.weight": (dv, h),
-        "d2t": (dv,),
-        "t2d": (v,),
-        "embed_tokens.weight": (v, h),
-        "midlayer.self_attn.q_proj.weight": (nh * hd, 2 * h),
-        "midlayer.self_attn.k_proj.weight": (nkv * hd, 2 * h),
-        "midlayer.self_attn.v_proj.weight": (nkv * hd, 2 * h),
-        "midlayer.self_attn.o_proj.weight": (h, nh * hd),
-        "midlayer.mlp.gate_proj.weight": (inter, h),
-        "midlayer.mlp.up_proj.weight": (inter, h),
-        "midlayer.mlp.down_proj.weight": (h, inter),
-        "midlayer.input_layernorm.weight": (h,),
-        "midlayer.hidden_norm.weight": (h,),
-        "midlayer.post_attention_layernorm.weight": (h,),
-    }
+    ht = cfg.get("target_hidden_size") or h
+    dv = cfg.get("draft_vocab_size") or v
+    expected = method.expected_tensors(cfg)
     for name, shape in expected.items():
         if name not in weights:
             problems.append(f"missing tensor {name}")
@@ -104,8 +86,13 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
             problems.append("d2t maps draft ids outside the target vocabulary or out of order")
         elif not bool(weights["t2d"][ids].all()) or int(weights["t2d"].sum()) != dv:
             problems.append("t2d does not mark exactly the draft vocabulary of d2t")
-    if not aux or len(aux) != 3:
-        problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 ids, got {aux}")
+    if not aux:
+        problems.append("the config names no target layers to fuse")
+    else:
+        try:
+            method.check_aux_layers(aux, max(aux) + 1)
+        except EyasError as exc:
+            problems.append(exc.detail)
     trained = (cfg.get("eyas") or {}).get("trained_hf_layers")
     if trained is not None and aux is not None and list(trained) != list(aux):
         problems.append(
@@ -143,5 +130,6 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
         "draft_vocab_size": dv,
         "aux_layers_hf": aux,
         "max_position_embeddings": mpe,
-        "embedding_checked": embedding is not None,
+        "embedding_checked": embedding is not None and "embed_tokens.weight" in weights,
+        "method": (cfg.get("eyas") or {}).get("method") or method.name,
     }

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-
-from eyas.drafter.model import Eagle3Drafter
+from torch import nn
 
 
 def _trainable_names(model) -> list[str]:
@@ -75,16 +74,17 @@ def full_state(model, optimizer=None, sharded: bool = False) -> tuple[dict, dict
 
 
 def save_drafter(
-    model: Eagle3Drafter, out: Path, extra: dict[str, Any], state: dict | None = None
+    model: nn.Module, out: Path, extra: dict[str, Any], state: dict | None = None
 ) -> None:
-    """Weights (including the frozen embedding and d2t/t2d) and the config; `state` is the
-    gathered state dict when the model is sharded."""
+    """Weights (including the frozen tensors copied from the target) and the config with its
+    method; `state` is the gathered state dict when the model is sharded."""
     out.mkdir(parents=True, exist_ok=True)
     state = model.state_dict() if state is None else state
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     save_file(state, str(out / "model.safetensors"))
     (out / "drafter_config.json").write_text(
-        json.dumps({**model.config.to_dict(), **extra}, indent=2) + "\n"
+        json.dumps({"method": model.config.method, **model.config.to_dict(), **extra}, indent=2)
+        + "\n"
     )
 
 

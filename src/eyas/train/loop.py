@@ -1,6 +1,9 @@
-"""`eyas train`: EAGLE-3 drafter training.
+"""`eyas train`: drafter training, for any registered method (EAGLE-3, EAGLE-3.1, DFlash).
 
     eyas train --target MODEL_DIR --data runs/x/generate --out runs/x/drafter --steps 2000
+    eyas train --method eagle3.1 --target MODEL_DIR --data runs/x/generate --out runs/x/d31
+    eyas train --method dflash --block-size 8 --draft-layers 2 --target MODEL_DIR \
+        --data runs/x/generate --out runs/x/dflash [--set dflash_weighting=dpace]
     eyas train --target MODEL_DIR --hidden-states runs/x/capture --out runs/x/drafter
     eyas train --target MODEL_DIR --data runs/x/generate --capture-ahead 8 \
         --capture-backend vllm --capture-url http://capture:8000 --out runs/x/drafter
@@ -11,7 +14,10 @@ small targets), an `eyas capture` directory (`--hidden-states`; only the target'
 final norm and lm_head are loaded), or a capture streamed ahead of training through the engine
 (`--capture-ahead N`, disk bounded to N batches).
 
-Skeleton: setup (data, vocab, target, drafter, optimizer) / train / save_checkpoint / cleanup.
+The method (`eyas.drafter`) owns the drafter: its config derived from the target, the target
+layers it fuses, its training forward and loss. The loop owns data, optimizer, accumulation,
+ranks, checkpoints and metrics. Skeleton: setup (data, vocab, target, drafter, optimizer) /
+train / save_checkpoint / cleanup.
 Resuming is automatic: rerun the same command and it continues from `OUT/checkpoints/latest`
 with model, optimizer, scheduler, RNG and data position restored, reproducing the
 uninterrupted loss curve.
@@ -32,10 +38,12 @@ import torch.distributed as dist
 
 from eyas import __version__
 from eyas.config import TrainConfig
-from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+from eyas.drafter.loss import Teacher
+from eyas.drafter.method import DraftMethod, row_seed
+from eyas.drafter.registry import get_method
 from eyas.drafter.vocab import build_vocab_mapping, token_counts
 from eyas.errors import EyasError
-from eyas.hf_models import target_model
+from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
 from eyas.train.checkpoint import (
     full_state,
@@ -51,7 +59,6 @@ from eyas.train.data import (
     load_sequences,
     make_batches,
 )
-from eyas.train.loss import Teacher, step_mask, ttt_loss
 from eyas.train.metrics import acceptance_estimate, truncate_metrics
 from eyas.train.target import CapturedTarget, OnlineTarget
 
@@ -85,6 +92,8 @@ class Trainer:
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        self.method: DraftMethod = get_method(cfg.method)
         tmodel = target_model(cfg.target)
         self.max_len = cfg.max_len or tmodel.context_length
         self.stream = None
@@ -112,34 +121,27 @@ class Trainer:
             from eyas.capture.run import capture_layers
 
             layers, _ = capture_layers(cfg.target, cfg.aux_layers)
-            self.target = CapturedTarget(cfg.target, {"aux_layers": layers[:3]}, self.device)
+            self.target = CapturedTarget(cfg.target, {"aux_layers": layers[:-1]}, self.device)
             self.stream_layers = layers
         elif cfg.hidden_states is None:
+            aux = cfg.aux_layers or self.method.default_aux_layers(tmodel.num_layers, cfg)
+            self.method.check_aux_layers(aux, tmodel.num_layers)
             dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-            self.target = OnlineTarget(
-                cfg.target, cfg.aux_layers, self.device, dtype, cfg.trust_remote_code
-            )
+            self.target = OnlineTarget(cfg.target, aux, self.device, dtype, cfg.trust_remote_code)
+        self._check_fused_layers(tmodel)
         check_token_ids(self.seqs, self.target.vocab_size, cfg.hidden_states or cfg.data)
-        vocab = self._vocab()
-        dcfg = DrafterConfig(
-            hidden_size=self.target.hidden_size,
-            intermediate_size=cfg.intermediate_size or tmodel.intermediate_size,
-            num_attention_heads=tmodel.num_attention_heads,
-            num_key_value_heads=tmodel.num_key_value_heads,
-            vocab_size=self.target.vocab_size,
-            draft_vocab_size=vocab["draft_vocab_size"],
-            target_hidden_size=self.target.hidden_size,
-            aux_layer_ids=self.target.aux_layers,
-            max_position_embeddings=max(self.max_len, tmodel.context_length),
-            rms_norm_eps=tmodel.rms_norm_eps,
-            rope_theta=tmodel.rope_theta,
-            target_num_layers=self.target.num_layers,
+        vocab = self._vocab(tmodel)
+        dcfg = self.method.build_config(
+            target=tmodel,
+            train_cfg=cfg,
+            aux_layers=self.target.aux_layers,
+            vocab=vocab,
+            max_positions=max(self.max_len, tmodel.context_length),
         )
-        model = Eagle3Drafter(dcfg)
-        with torch.no_grad():
-            model.embed_tokens.weight.copy_(self.target.embedding().float())
-            model.d2t.copy_(vocab["d2t"])
-            model.t2d.copy_(vocab["t2d"])
+        model = self.method.build_model(dcfg)
+        self.method.init_from_target(
+            model, embedding=self.target.embedding(), head=self.target.head(), vocab=vocab
+        )
         self.raw_model = model.to(self.device)
         self.model = self._wrap(self.raw_model)
         params = [p for p in self.raw_model.parameters() if p.requires_grad]
@@ -148,6 +150,7 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
+        self.slots = self.method.num_slots(dcfg, cfg)
         self.step = 0
         self.batches_done = 0
         self.ckpt_root = cfg.out / "checkpoints"
@@ -162,6 +165,17 @@ class Trainer:
                 truncate_metrics(cfg.out / "metrics.jsonl", self.step)
         if cfg.capture_ahead:
             self._start_stream()
+
+    def _check_fused_layers(self, tmodel: TargetModel) -> None:
+        """Captured states fix the fused layers: the method must accept them, and a different
+        --aux-layers is a mistake, not a silent substitution."""
+        aux = self.target.aux_layers
+        if self.cfg.aux_layers and list(self.cfg.aux_layers) != list(aux):
+            raise EyasError(
+                "bad_aux_layers",
+                f"the captured states are of layers {aux}, not --aux-layers {self.cfg.aux_layers}",
+            )
+        self.method.check_aux_layers(aux, tmodel.num_layers)
 
     def _start_stream(self) -> None:
         from eyas.backends.policy import ClientPolicy
@@ -202,41 +216,57 @@ class Trainer:
     def sharded(self) -> bool:
         return self.world > 1 and self.cfg.fsdp
 
-    def _wrap(self, model: Eagle3Drafter):
+    def _wrap(self, model: torch.nn.Module):
         if self.world == 1:
             return model
         if self.cfg.fsdp:
-            # FSDP2: parameters become DTensor shards in place; the decoder layer is its own
-            # unit so its all-gather overlaps the root's. Gradients are reduce-scattered as a
-            # mean over ranks, like DDP's all-reduce.
+            # FSDP2: parameters become DTensor shards in place; the method names the units
+            # sharded on their own (decoder layers, a head the loss calls outside forward).
+            # Gradients are reduce-scattered as a mean over ranks, like DDP's all-reduce.
             from torch.distributed.fsdp import fully_shard
 
-            fully_shard(model.midlayer)
-            fully_shard(model.lm_head)  # the loss calls it chunk by chunk, outside forward
+            for unit in self.method.fsdp_units(model):
+                fully_shard(unit)
             sharded = fully_shard(model)
             if self.rank == 0:
                 self.log(f"drafter sharded with FSDP2 across {self.world} ranks")
             return sharded
         return torch.nn.parallel.DistributedDataParallel(model)
 
-    def _vocab(self) -> dict:
-        """Draft vocabulary over supervised tokens, cached in OUT keyed by the data."""
+    def _vocab(self, tmodel: TargetModel) -> dict:
+        """Draft vocabulary over supervised tokens, cached in OUT keyed by the data (the full
+        vocabulary for a method that drafts with the target's head), and any token id the
+        method reserves."""
         import hashlib
 
-        key = hashlib.sha256(
-            json.dumps(
-                [self.cfg.draft_vocab, self.target.vocab_size, [s.id for s in self.seqs]]
-            ).encode()
-        ).hexdigest()[:16]
-        cache = self.cfg.out / f"vocab-{key}.pt"
-        if cache.exists():
-            return torch.load(cache, weights_only=True)
-        counts = token_counts(((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size)
-        vocab = build_vocab_mapping(counts, self.cfg.draft_vocab)
-        if self.rank == 0:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(vocab, cache)
-        return vocab
+        if not self.method.uses_draft_vocab():
+            size = self.target.vocab_size
+            vocab = {
+                "d2t": torch.zeros(size, dtype=torch.long),
+                "t2d": torch.ones(size, dtype=torch.bool),
+                "draft_vocab_size": size,
+                "requested_draft_vocab_size": size,
+                "coverage": 1.0,
+            }
+        else:
+            key = hashlib.sha256(
+                json.dumps(
+                    [self.cfg.draft_vocab, self.target.vocab_size, [s.id for s in self.seqs]]
+                ).encode()
+            ).hexdigest()[:16]
+            cache = self.cfg.out / f"vocab-{key}.pt"
+            if cache.exists():
+                vocab = torch.load(cache, weights_only=True)
+            else:
+                counts = token_counts(
+                    ((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size
+                )
+                vocab = build_vocab_mapping(counts, self.cfg.draft_vocab)
+                if self.rank == 0:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(vocab, cache)
+        mask = self.method.mask_token_id(tmodel, self.cfg, self.seqs)
+        return vocab if mask is None else {**vocab, "mask_token_id": mask}
 
     def _lr_factor(self, step: int) -> float:
         warm = self.cfg.warmup_steps
@@ -280,61 +310,54 @@ class Trainer:
     def _train_step(self) -> dict:
         cfg = self.cfg
         micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
-        # Normaliser per TTT step: trained positions over all micro-batches and ranks.
-        counts = torch.zeros(cfg.ttt, dtype=torch.float64)
-        collated = []
-        for seqs, weight in micro:
+        # Normaliser per drafted slot: trained positions over all micro-batches and ranks.
+        counts = torch.zeros(self.slots, dtype=torch.float64)
+        prepared = []
+        for m, (seqs, weight) in enumerate(micro):
             ids, sup = _collate(seqs, self.device)
             sup = sup * int(weight)
-            collated.append((ids, sup, seqs))
-            for k in range(cfg.ttt):
-                counts[k] += float(step_mask(sup, k).sum())
+            seeds = [row_seed(cfg.seed, self.batches_done + m, s.id) for s in seqs]
+            prep = self.method.prepare(self.raw_model, ids, sup, train_cfg=cfg, seeds=seeds)
+            counts += prep.counts
+            prepared.append((prep, seqs))
         if self.world > 1:
             dist.all_reduce(counts)
         # DDP averages gradients over ranks; scale so the result is the global mean.
         scale = float(self.world)
-        totals = [[0.0, 0, 0, 0] for _ in range(cfg.ttt)]
+        totals = [[0.0, 0, 0, 0] for _ in range(self.slots)]
         loss_value = 0.0
-        draft_ids = self.raw_model.draft_to_target()
         head = self.target.head()
-        for ids, sup, seqs in collated:
-            aux, final = self._target_outputs(ids, seqs)
+        for prep, seqs in prepared:
+            aux, final = self._target_outputs(prep.input_ids, seqs)
             autocast = (
                 torch.autocast("cuda", dtype=torch.bfloat16)
                 if self.device.startswith("cuda")
                 else torch.autocast("cpu", enabled=False)
             )
             with autocast:
-                # index j reads x_{j+1} and the target's h_j
-                inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
-                step_hidden = self.model(
-                    inputs, aux.float() if not self.device.startswith("cuda") else aux, cfg.ttt
-                )
-                loss, stats = ttt_loss(
-                    step_hidden,
-                    Teacher(final, head),
-                    sup,
-                    self.raw_model.lm_head,
-                    draft_ids,
-                    self.raw_model.t2d,
-                    counts.tolist(),
-                    cfg.loss_decay,
-                    cfg.chunk_len,
+                loss, stats = self.method.loss(
+                    self.model,
+                    self.raw_model,
+                    prep,
+                    aux=aux.float() if not self.device.startswith("cuda") else aux,
+                    teacher=Teacher(final, head),
+                    normalizer=counts.tolist(),
+                    train_cfg=cfg,
                 )
             (loss * scale).backward()
             loss_value += float(loss.detach())
-            for k, s in enumerate(stats):
-                totals[k][0] += s.loss_sum
-                totals[k][1] += s.positions
-                totals[k][2] += s.correct
-                totals[k][3] += s.in_vocab
+            for k, st in enumerate(stats):
+                totals[k][0] += st.loss_sum
+                totals[k][1] += st.positions
+                totals[k][2] += st.correct
+                totals[k][3] += st.in_vocab
         if self.world > 1:  # log the global figures, not rank 0's share
             packed = torch.tensor(
                 [loss_value, *[x for t in totals for x in t]], dtype=torch.float64
             )
             dist.all_reduce(packed)
             loss_value = float(packed[0])
-            totals = packed[1:].view(cfg.ttt, 4).tolist()
+            totals = packed[1:].view(self.slots, 4).tolist()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.raw_model.parameters() if p.requires_grad], cfg.clip
         )

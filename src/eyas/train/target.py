@@ -1,5 +1,6 @@
-"""The target's side of training: three auxiliary hidden states and the final hidden state
-(after the final norm) per token, plus the target's input embedding and output head.
+"""The target's side of training: the hidden states of the layers the drafter fuses and the
+final hidden state (after the final norm) per token, plus the target's input embedding and
+output head. Which layers are fused is the drafter method's decision (`eyas.drafter`).
 
 Two sources give the same tensors:
 - `OnlineTarget` runs the frozen target here (transformers): for targets that fit in the
@@ -26,31 +27,6 @@ from eyas.hf_models import load_frozen_lm, target_model
 from eyas.store.captures import StateReader
 
 
-def default_aux_layers(num_layers: int) -> list[int]:
-    """SGLang's default capture layers [2, N//2, N-3] (HF indices: what SGLang captures when
-    its config names no ids); for very shallow targets, where those collide, three distinct
-    evenly spread ids [1, N//2, N-1]."""
-    ids = [2, num_layers // 2, num_layers - 3]
-    if len(set(ids)) == 3 and all(1 <= i <= num_layers - 1 for i in ids):
-        return ids
-    ids = [1, max(2, num_layers // 2), num_layers - 1]
-    if len(set(ids)) != 3:
-        raise EyasError(
-            "bad_aux_layers", f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers"
-        )
-    return ids
-
-
-def check_aux_layers(aux_layers: list[int], num_layers: int) -> None:
-    """Ids in 1..N-1: id N is post-norm in transformers but pre-norm in SGLang and vLLM, so a
-    drafter trained on it would be served a different tensor; id 0 is the bare embedding."""
-    if len(aux_layers) != 3 or any(not 1 <= i <= num_layers - 1 for i in aux_layers):
-        raise EyasError(
-            "bad_aux_layers",
-            f"aux layer ids {aux_layers}: EAGLE-3 fuses 3 layers with ids in 1..{num_layers - 1}",
-        )
-
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The Llama/DeepSeek/Kimi RMSNorm, in float32."""
     x = x.float()
@@ -61,7 +37,7 @@ class OnlineTarget:
     def __init__(
         self,
         model_dir: str | Path,
-        aux_layers: list[int] | None = None,
+        aux_layers: list[int],
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         trust_remote_code: bool = False,
@@ -71,8 +47,7 @@ class OnlineTarget:
         self.num_layers = cfg.num_hidden_layers
         self.hidden_size = cfg.hidden_size
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
-        self.aux_layers = aux_layers or default_aux_layers(self.num_layers)
-        check_aux_layers(self.aux_layers, self.num_layers)
+        self.aux_layers = list(aux_layers)
         self.device = device
         self.loaded_tensors = "the whole model"
 
@@ -84,7 +59,7 @@ class OnlineTarget:
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
-        """input_ids: [B, T] (right-padded) -> aux [B, T, 3H], final [B, T, H].
+        """input_ids: [B, T] (right-padded) -> aux [B, T, n*H], final [B, T, H].
 
         The base model runs without the lm_head (no [T, V] logits) and without an attention
         mask: right padding never reaches a real token through causal attention, and a
@@ -100,8 +75,8 @@ class OnlineTarget:
 
 
 class CapturedTarget:
-    """The target's states from an `eyas capture` directory; nothing but three named tensors
-    of the checkpoint is loaded."""
+    """The target's states from an `eyas capture` directory (its aux layers, then the last);
+    nothing but three named tensors of the checkpoint is loaded."""
 
     def __init__(self, model_dir: str | Path, manifest: dict, device: str = "cpu"):
         target = target_model(model_dir)
@@ -109,7 +84,6 @@ class CapturedTarget:
         self.hidden_size = target.hidden_size
         self.eps = target.rms_norm_eps
         self.aux_layers = list(manifest["aux_layers"])
-        check_aux_layers(self.aux_layers, self.num_layers)
         found, self.loaded_tensors = target.load_tensors("embed", "norm", "head")
         missing = [k for k in ("embed", "norm", "head") if k not in found]
         if missing:
@@ -134,10 +108,11 @@ class CapturedTarget:
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = input_ids.shape
-        states = torch.zeros(b, t, 4, self.hidden_size)
+        n_aux = len(self.aux_layers)
+        states = torch.zeros(b, t, n_aux + 1, self.hidden_size)
         for r, seq in enumerate(seqs):
             n = len(seq.ids)
             states[r, :n] = self.reader.read(seq.source, n).float()
         states = states.to(self.device)
-        aux = states[:, :, :3].reshape(b, t, 3 * self.hidden_size)
-        return aux, rms_norm(states[:, :, 3], self._norm, self.eps)
+        aux = states[:, :, :n_aux].reshape(b, t, n_aux * self.hidden_size)
+        return aux, rms_norm(states[:, :, n_aux], self._norm, self.eps)

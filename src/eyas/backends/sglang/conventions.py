@@ -33,6 +33,29 @@ EAGLE_CONFIG_KEY = "eagle_config"
 AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 USE_AUX_KEY = "use_aux_hidden_state"
 
+# EAGLE-3.1 (`fc_norm`, `norm_output`): `llama_eagle3.py` has neither. `LlamaModel.forward`
+# applies `self.fc` straight to the captured states and returns the pre-norm state for the
+# next draft step (`hidden_states_to_logits, hidden_states_to_aux = self.norm(hidden_states,
+# residual)`; "For draft decode, we capture the hidden state before norm"), and
+# `LlamaForCausalLMEagle3.load_weights` skips any tensor it has no parameter for (`if
+# param_name in params_dict`), so `fc_norm.*` would be dropped silently: SGLang serves an
+# EAGLE-3.1 drafter as a different model. Read at sgl-project/sglang commits 03d5a77 and
+# d737979 of `python/sglang/srt/models/llama_eagle3.py`.
+EAGLE3_1_SERVABLE = False
+
+# DFlash: `python/sglang/srt/models/dflash.py` `DFlashDraftModel` (EntryClass; no embedding or
+# lm_head: the target's are used) reads `python/sglang/srt/speculative/dflash_utils.py`
+# `parse_dflash_draft_config`: `dflash_config.target_layer_ids` (or top level), `mask_token_id`
+# (else the string `mask_token`, default "<|MASK|>"), `block_size` (dflash_config or top
+# level), `num_target_layers`; `fc` is `len(target_layer_ids) * hidden_size` wide, so the
+# drafter's hidden size is the target's. Every `set_dflash_layers_to_capture(layer_ids)` (e.g.
+# `models/qwen3.py`) requires explicit ids and does `layers_to_capture = [val + 1 for val in
+# layer_ids]`: the ids count layer outputs, HF index - 1, like EAGLE-3's.
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
+DFLASH_CONFIG_KEY = "dflash_config"
+DFLASH_TARGET_LAYERS_KEY = "target_layer_ids"
+DFLASH_MASK_KEY = "mask_token_id"
+
 # `python/sglang/srt/managers/tokenizer_manager_components/spec_decoding_meta.py`
 # `fill_spec_decoding_meta`: these keys are written into `meta_info` only when the request's
 # `spec_verify_ct` is > 0 (a request that stops at its first token carries none of them), so a

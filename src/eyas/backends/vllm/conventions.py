@@ -46,6 +46,37 @@ AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 SPECULATORS_TYPE_KEY = "speculators_model_type"
 # `update_eagle3`: `config_dict.get("norm_before_residual", True)`
 NORM_BEFORE_RESIDUAL_DEFAULT = True
+# EAGLE-3.1 (arXiv 2605.09992), `update_eagle3` copies both (default False) into the config
+# `vllm/model_executor/models/llama_eagle3.py` reads: `fc_norm` builds `LlamaModel.fc_norm`, one
+# RMSNorm(target_hidden_size) per aux layer, applied chunk by chunk in
+# `Eagle3LlamaForCausalLM.combine_hidden_states` (weights `fc_norm.{i}.weight`); `norm_output`
+# makes `LlamaModel.forward` return the post-norm state as the one fed to the next draft step.
+# `norm_before_fc` (one RMSNorm over all aux layers, `input_norm.weight`) eyas does not train.
+FC_NORM_KEY = "fc_norm"
+NORM_OUTPUT_KEY = "norm_output"
+NORM_BEFORE_FC_KEY = "norm_before_fc"
+
+# DFlash (arXiv 2602.06036). Two layouts load:
+# - speculators (`algos.py` `update_dflash`): `speculators_model_type: "dflash"`, the fused
+#   layers in `aux_hidden_state_layer_ids` (HF index: copied to
+#   `eagle_aux_hidden_state_layer_ids` for capture) and `mask_token_id`, both required;
+#   `dflash_config.target_layer_ids` becomes `[i - 1 for i in aux_layer_ids]`; `causal` is `not
+#   config_dict.get("sliding_window_non_causal", True)`, so an absent key is non-causal;
+#   `sample_from_anchor` (default False: slot 0 is the bonus token, block_size - 1 drafts).
+# - z-lab's own (`architectures: ["DFlashDraftModel"]`, registry `qwen3_dflash`
+#   `DFlashQwen3ForCausalLM`): `dflash_config.target_layer_ids` count layer *outputs*, and
+#   `vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` `get_eagle3_aux_layers_from_config`
+#   adds one (`layer_ids = [i + 1 for i in dflash_config.get("target_layer_ids")]`).
+# The drafter has no embedding or head of its own: `llm_base_proposer.py`
+# `_maybe_share_embeddings` / `_maybe_share_lm_head` take the target's when none is shipped.
+DFLASH_TYPE = "dflash"
+DFLASH_AUX_IDS_KEY = "aux_hidden_state_layer_ids"
+DFLASH_MASK_KEY = "mask_token_id"
+DFLASH_CONFIG_KEY = "dflash_config"
+DFLASH_TARGET_LAYERS_KEY = "target_layer_ids"
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
+# `dflash_config.target_layer_ids` = HF index - 1 (`update_dflash`, `eagle3_utils.py`)
+DFLASH_TARGET_LAYER_OFFSET = 1
 
 TEXT_ONLY_FLAG = "--language-model-only"
 
@@ -71,6 +102,15 @@ def from_vllm_layer_ids(vllm_ids: list[int]) -> list[int]:
 def text_only_args(wrapper: bool) -> list[str]:
     """Server flags for a target eyas uses for its text only (`TargetModel.wrapper`)."""
     return [TEXT_ONLY_FLAG] if wrapper else []
+
+
+def to_dflash_target_layer_ids(hf_ids: list[int]) -> list[int]:
+    """`dflash_config.target_layer_ids` (a layer's output) for HF `hidden_states` indices."""
+    return [int(i) - DFLASH_TARGET_LAYER_OFFSET for i in hf_ids]
+
+
+def from_dflash_target_layer_ids(ids: list[int]) -> list[int]:
+    return [int(i) + DFLASH_TARGET_LAYER_OFFSET for i in ids]
 
 
 def parse_spec_metrics(text: str) -> dict[str, Any]:

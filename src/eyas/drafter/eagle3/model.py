@@ -1,33 +1,41 @@
-"""The EAGLE-3 draft model, in one file (docs/architecture.md; EAGLE-3 paper, arXiv 2503.01840).
+"""The EAGLE-3 draft model, in one file (EAGLE-3 paper, arXiv 2503.01840), with the two
+EAGLE-3.1 normalisation fixes as options (arXiv 2605.09992; speculators
+`src/speculators/models/eagle3/config.py` `fc_norm`, `norm_output`).
 
 Tensor names and config fields follow SGLang's `LlamaForCausalLMEagle3`, so export is a save:
 
     embed_tokens            frozen copy of the target's input embedding          [V, H]
-    fc                      fuses three target hidden states, no bias            [H, 3*Ht]
+    fc_norm.{0,1,2}         EAGLE-3.1: one RMSNorm per fused target layer        [Ht]
+    fc                      fuses the target hidden states, no bias              [H, 3*Ht]
     midlayer.*              one Llama decoder layer whose attention input is
                             [input_layernorm(embed) ; hidden_norm(fused)] (2H)
     norm, lm_head           final RMSNorm and the head over the draft vocabulary [Dv, H]
     d2t, t2d                draft id -> target id offset; target-in-draft mask
 
 Training-time test (TTT): step 0 feeds the target's fused hidden states; step k >= 1 feeds the
-drafter's own output hidden state from step k-1 at the same index. The query of step k at
-index j attends to step-0 keys at positions <= j (the real context) plus the keys of steps
-1..k at index j (its own draft chain) -- exactly what decoding does, where draft step k sits at
-sequence position j + k.
+drafter's own output hidden state from step k-1 at the same index (EAGLE-3.1 `norm_output`:
+that state after the final norm, as vLLM `llama_eagle3.py` `LlamaModel.forward` returns it as
+`aux_output`). The query of step k at index j attends to step-0 keys at positions <= j (the
+real context) plus the keys of steps 1..k at index j (its own draft chain) -- exactly what
+decoding does, where draft step k sits at sequence position j + k.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eyas.drafter.layers import MLP, RMSNorm, split_heads
+from eyas.drafter.rope import Rotary
+
 
 @dataclass
-class DrafterConfig:
+class Eagle3Config:
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
@@ -35,14 +43,18 @@ class DrafterConfig:
     vocab_size: int  # the target's vocabulary
     draft_vocab_size: int
     target_hidden_size: int
-    aux_layer_ids: list[int]  # HF hidden_states indices = SGLang/vLLM capture ids
+    aux_layer_ids: list[int]  # HF hidden_states indices = vLLM capture ids
     max_position_embeddings: int = 4096
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # the target's (YaRN for Kimi-K2.5)
     head_dim: int = 0  # derived when 0
     target_num_layers: int = 0
     # speculators' option: the residual stream starts from hidden_norm(fused) instead of fused
     norm_before_residual: bool = False
+    # EAGLE-3.1: a per-aux-layer RMSNorm before fc, and the post-norm state fed back
+    fc_norm: bool = False
+    norm_output: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -51,53 +63,37 @@ class DrafterConfig:
         if len(self.aux_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 fuses exactly 3 target layers, got {self.aux_layer_ids}")
 
+    @property
+    def method(self) -> str:
+        return "eagle3.1" if (self.fc_norm or self.norm_output) else "eagle3"
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding, Llama (half-split) layout. x: [B, h, T, d]; positions: [T]."""
-    d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = positions.float()[:, None] * inv[None, :]  # [T, d/2]
-    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)
-    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
 class Attention(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
+    def __init__(self, cfg: Eagle3Config):
         super().__init__()
         h, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.h, self.kv, self.d, self.theta = h, kv, d, cfg.rope_theta
+        self.h, self.kv, self.d = h, kv, d
         self.q_proj = nn.Linear(2 * cfg.hidden_size, h * d, bias=False)
         self.k_proj = nn.Linear(2 * cfg.hidden_size, kv * d, bias=False)
         self.v_proj = nn.Linear(2 * cfg.hidden_size, kv * d, bias=False)
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
+        self.rotary = Rotary(d, cfg.rope_theta, cfg.rope_scaling)
 
     def project(self, x: torch.Tensor, positions: torch.Tensor):
         """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA)."""
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.h, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv, self.d).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv, self.d).transpose(1, 2)
-        q, k = rope(q, positions, self.theta), rope(k, positions, self.theta)
+        q = split_heads(self.q_proj(x), self.h, self.d)
+        k = split_heads(self.k_proj(x), self.kv, self.d)
+        v = split_heads(self.v_proj(x), self.kv, self.d)
+        q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
         rep = self.h // self.kv
         return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
 
     def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
         """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
@@ -105,9 +101,16 @@ class Attention(nn.Module):
         q, k, v = self.project(x, positions)
         cache.append((k, v))
         k0, v0 = cache[0]
-        out = ttt_attention(q, k0, v0, cache[1:], 1.0 / math.sqrt(self.d))  # [B, h, T, d]
-        b, t = x.shape[:2]
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
+        return self.output(ttt_attention(q, k0, v0, cache[1:], 1.0 / math.sqrt(self.d)))
+
+    def cached(self, x, positions, past_k, past_v, mask):
+        """Decoding attention over `past` keys plus this call's own: mask [T, L + T] (True =
+        attend). Returns (output [B, T, H], k, v of this call)."""
+        q, k, v = self.project(x, positions)
+        keys = k if past_k is None else torch.cat([past_k, k], 2)
+        values = v if past_v is None else torch.cat([past_v, v], 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return self.output(out), k, v
 
 
 _SINK_DIMS = 8  # extra head dims for the sink; a multiple of 8 keeps fused kernels eligible
@@ -158,43 +161,51 @@ def ttt_attention(
     return (num / den).to(q.dtype)
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
+    def __init__(self, cfg: Eagle3Config):
         super().__init__()
         self.norm_before_residual = cfg.norm_before_residual
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def _inputs(self, embeds, hidden):
+        """(attention input [B, T, 2H], residual [B, T, H]); the residual stream is the
+        fused/previous hidden state (or its norm, `norm_before_residual`)."""
+        normed = self.hidden_norm(hidden)
+        x = torch.cat([self.input_layernorm(embeds), normed], -1)
+        return x, (normed if self.norm_before_residual else hidden)
+
+    def _finish(self, residual, attn_out):
+        h = residual + attn_out
+        return h + self.mlp(self.post_attention_layernorm(h))
 
     def forward(self, embeds, hidden, positions, cache):
-        # embeds, hidden: [B, T, H]; the residual stream is the fused/previous hidden state
-        normed = self.hidden_norm(hidden)
-        x = torch.cat([self.input_layernorm(embeds), normed], -1)  # [B, T, 2H]
-        residual = normed if self.norm_before_residual else hidden
-        h = residual + self.self_attn(x, positions, cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        x, residual = self._inputs(embeds, hidden)
+        return self._finish(residual, self.self_attn(x, positions, cache))
+
+    def cached(self, embeds, hidden, positions, past_k, past_v, mask):
+        x, residual = self._inputs(embeds, hidden)
+        out, k, v = self.self_attn.cached(x, positions, past_k, past_v, mask)
+        return self._finish(residual, out), k, v
 
 
 class Eagle3Drafter(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
+    def __init__(self, cfg: Eagle3Config):
         super().__init__()
         self.config = cfg
+        self.method = cfg.method
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)  # the target's; frozen
-        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        if cfg.fc_norm:
+            self.fc_norm = nn.ModuleList(
+                RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps) for _ in cfg.aux_layer_ids
+            )
+        self.fc = nn.Linear(
+            len(cfg.aux_layer_ids) * cfg.target_hidden_size, cfg.hidden_size, bias=False
+        )
         self.midlayer = DecoderLayer(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
@@ -206,11 +217,32 @@ class Eagle3Drafter(nn.Module):
         """Target id of each draft id: [Dv]."""
         return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
 
+    def fuse(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+        """[..., 3*Ht] target states -> [..., H] (EAGLE-3.1: each layer's state normed first,
+        as vLLM `Eagle3LlamaForCausalLM.combine_hidden_states` does)."""
+        if self.config.fc_norm:
+            chunks = aux_hidden.chunk(len(self.fc_norm), -1)
+            aux_hidden = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], -1)
+        return self.fc(aux_hidden)
+
+    def _fed_back(self, normed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return normed if self.config.norm_output else out
+
     def step(self, input_ids, hidden, positions, cache):
-        """One draft step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
+        """One TTT step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
         head [B, T, H], hidden for the next step [B, T, H])."""
         out = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
-        return self.norm(out), out
+        normed = self.norm(out)
+        return normed, self._fed_back(normed, out)
+
+    def cached_step(self, input_ids, hidden, positions, past_k, past_v, mask):
+        """One decoding step over a KV cache: (logits [B, T, Dv], hidden for the next step,
+        this step's k, v [B, h, T, d])."""
+        out, k, v = self.midlayer.cached(
+            self.embed_tokens(input_ids), hidden, positions, past_k, past_v, mask
+        )
+        normed = self.norm(out)
+        return self.lm_head(normed), self._fed_back(normed, out), k, v
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
@@ -230,7 +262,7 @@ class Eagle3Drafter(nn.Module):
             the last token and are masked by the loss).
         """
         b, t = input_ids.shape
-        hidden = self.fc(aux_hidden)  # [B, T, H]
+        hidden = self.fuse(aux_hidden)  # [B, T, H]
         cache: list = []
         per_step = []
         for k in range(ttt_steps):

@@ -1,0 +1,216 @@
+"""DFlash as a `DraftMethod`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from eyas.drafter.dflash import export as layouts
+from eyas.drafter.dflash.decode import DFlashProposer
+from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
+from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
+from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.method import (
+    DraftMethod,
+    Prepared,
+    check_layer_ids,
+    target_tensor,
+    unsupported_export,
+)
+from eyas.drafter.shape import drafter_shape
+from eyas.errors import EyasError
+from eyas.hf_models import TargetModel
+
+
+class DFlashMethod(DraftMethod):
+    name = "dflash"
+
+    # -- config ----------------------------------------------------------------------------
+
+    def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
+        """z-lab's and SGLang's rule (`build_target_layer_ids`): one target layer per draft
+        layer, spread over layer outputs 1..N-3, in HF terms (+1). For targets too shallow for
+        that rule to give distinct ids, the same count spread evenly over HF 1..N-1."""
+        draft_layers = getattr(train_cfg, "draft_layers", None) or 1
+        ids = [i + 1 for i in layouts.zlab_default_target_layers(num_layers, draft_layers)]
+        if len(set(ids)) == len(ids) and all(1 <= i <= num_layers - 1 for i in ids):
+            return ids
+        if draft_layers > num_layers - 1:
+            raise EyasError(
+                "bad_aux_layers",
+                f"a {num_layers}-layer target has no {draft_layers} distinct layers to fuse",
+            )
+        if draft_layers == 1:
+            return [max(1, num_layers // 2)]
+        span = num_layers - 2
+        return [round(1 + i * span / (draft_layers - 1)) for i in range(draft_layers)]
+
+    def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
+        if not aux_layers:
+            raise EyasError("bad_aux_layers", "DFlash fuses at least one target layer")
+        check_layer_ids(aux_layers, num_layers, what="DFlash")
+
+    def uses_draft_vocab(self) -> bool:
+        return False  # the target's head, frozen (SGLang's DFlash has no head of its own)
+
+    def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
+        """The configured id, else the target's pad token, else the highest id no training
+        sequence contains (TorchSpec's Qwen3 DFlash config uses the pad token likewise). Its
+        embedding is the target's row, frozen like the rest."""
+        used = {t for s in seqs for t in s.ids}
+        if train_cfg.mask_token_id is not None:
+            if not 0 <= train_cfg.mask_token_id < target.vocab_size:
+                raise EyasError(
+                    "bad_flag", f"mask_token_id {train_cfg.mask_token_id} is outside the vocab"
+                )
+            return int(train_cfg.mask_token_id)
+        pad = target.token_ids().get("pad_token_id")
+        if isinstance(pad, int) and 0 <= pad < target.vocab_size and pad not in used:
+            return pad
+        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used]
+        if not free:
+            raise EyasError(
+                "no_mask_token", "every token id occurs in the data: pass --set mask_token_id=N"
+            )
+        return free[0]
+
+    def build_config(
+        self,
+        *,
+        target: TargetModel,
+        train_cfg: Any,
+        aux_layers: list[int],
+        vocab: dict,
+        max_positions: int,
+    ) -> DFlashConfig:
+        shape = drafter_shape(
+            target,
+            num_attention_heads=train_cfg.num_attention_heads,
+            head_dim=train_cfg.head_dim,
+            intermediate_size=train_cfg.intermediate_size,
+        )
+        return DFlashConfig(
+            hidden_size=target.hidden_size,
+            intermediate_size=shape.intermediate_size,
+            num_hidden_layers=train_cfg.draft_layers or 1,
+            num_attention_heads=shape.num_attention_heads,
+            num_key_value_heads=shape.num_key_value_heads,
+            head_dim=shape.head_dim,
+            vocab_size=target.vocab_size,
+            target_hidden_size=target.hidden_size,
+            aux_layer_ids=list(aux_layers),
+            block_size=train_cfg.block_size,
+            mask_token_id=vocab["mask_token_id"],
+            max_position_embeddings=max_positions,
+            rms_norm_eps=target.rms_norm_eps,
+            rope_theta=target.rope_theta,
+            rope_scaling=target.rope_scaling,
+            target_num_layers=target.num_layers,
+            extra={"shape": shape.why},
+        )
+
+    def config_from_dict(self, raw: dict) -> DFlashConfig:
+        fields = DFlashConfig.__dataclass_fields__
+        return DFlashConfig(**{k: v for k, v in raw.items() if k in fields})
+
+    def build_model(self, config: DFlashConfig) -> DFlashDrafter:
+        return DFlashDrafter(config)
+
+    def init_from_target(self, model, *, embedding, head, vocab) -> None:
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(embedding.float())
+            model.lm_head.weight.copy_(head.float())
+
+    # -- training --------------------------------------------------------------------------
+
+    def num_slots(self, config: DFlashConfig, train_cfg: Any) -> int:
+        return config.block_size - 1
+
+    def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
+        lengths = [self._length(supervised[r]) for r in range(supervised.shape[0])]
+        anchors, valid = select_anchors(supervised, lengths, train_cfg.max_anchors, seeds)
+        _, mask = slot_targets(supervised, anchors, valid, model.config.block_size)
+        counts = mask.flatten(0, 1).sum(0).to(torch.float64).cpu()  # [bs-1]
+        return Prepared(input_ids, supervised, counts, {"anchors": anchors, "valid": valid})
+
+    @staticmethod
+    def _length(supervised: torch.Tensor) -> int:
+        """A right-padded row's length: through its last supervised token (padding is never
+        supervised, and no anchor or target lies past the last supervised token)."""
+        nz = supervised.nonzero()
+        return int(nz[-1]) + 1 if len(nz) else 0
+
+    def loss(
+        self,
+        model: nn.Module,
+        raw_model: nn.Module,
+        prepared: Prepared,
+        *,
+        aux: torch.Tensor,
+        teacher: Teacher,
+        normalizer: list[float],
+        train_cfg: Any,
+    ) -> tuple[torch.Tensor, list[StepStats]]:
+        anchors, valid = prepared.extra["anchors"], prepared.extra["valid"]
+        states = model(prepared.input_ids, aux, anchors)
+        return block_loss(
+            states,
+            teacher,
+            prepared.supervised,
+            anchors,
+            valid,
+            sum(normalizer),
+            weighting=train_cfg.dflash_weighting,
+            gamma=train_cfg.dflash_gamma,
+            alpha=train_cfg.dpace_alpha,
+            chunk=train_cfg.chunk_len,
+        )
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        return list(model.layers)
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def proposer(self, model: DFlashDrafter) -> DFlashProposer:
+        return DFlashProposer(model)
+
+    # -- export, loading and validation ----------------------------------------------------
+
+    def export(self, fmt, model, *, target, target_name, speculative_tokens):
+        d = model.config
+        if fmt == "sglang":
+            config = layouts.zlab_config(d, target)
+        elif fmt == "vllm":
+            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
+        else:
+            raise unsupported_export("dflash", fmt, "the layouts are sglang and vllm")
+        tensors = {
+            k: v.to(torch.bfloat16).contiguous()
+            for k, v in model.state_dict().items()
+            if k not in layouts.NOT_EXPORTED
+        }
+        return config, tensors
+
+    def reads(self, config: dict) -> bool:
+        return layouts.is_speculators(config) or layouts.is_zlab(config)
+
+    def read_export(self, config: dict) -> DFlashConfig:
+        return layouts.read_config(config)
+
+    def exported_aux_layers(self, config: dict) -> list[int] | None:
+        return layouts.exported_aux_layers(config)
+
+    def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
+        return layouts.expected_tensors(config)
+
+    def complete_weights(self, weights, config: DFlashConfig, folder: Path, target_dir):
+        for name, role in (("embed_tokens.weight", "embed"), ("lm_head.weight", "head")):
+            if name not in weights:
+                weights[name] = target_tensor(folder, target_dir, role)
+        return weights
+
+    def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
+        return {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": k}

@@ -1,0 +1,212 @@
+"""EAGLE-3(.1) layouts: SGLang's `LlamaForCausalLMEagle3` and the speculators `eagle3` config
+vLLM loads, written from a trained drafter and read back from anyone's export.
+
+Tensor names are the drafter's own (they follow SGLang; vLLM and speculators map `midlayer.`
+to `layers.0.`), so export is a save. The config is derived from the trained drafter and the
+target's `config.json`, never copied from another model (bug class #49); its rope is the one
+the drafter trained with, which follows the target's (YaRN for Kimi-K2.5). The embedding is
+exported equal to the target's (bug class #50).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eyas import __version__
+from eyas.backends.sglang import conventions as sglang
+from eyas.backends.vllm import conventions as vllm
+from eyas.drafter.eagle3.model import Eagle3Config
+from eyas.drafter.method import DrafterLoadError, unsupported_export
+from eyas.drafter.rope import read_rope_fields, rope_config_fields
+from eyas.hf_models import TargetModel
+
+
+def llama_fields(d: Eagle3Config, target: TargetModel | None) -> dict[str, Any]:
+    fields = {
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.intermediate_size,
+        "num_attention_heads": d.num_attention_heads,
+        "num_key_value_heads": d.num_key_value_heads,
+        "head_dim": d.head_dim,
+        "hidden_act": "silu",
+        "vocab_size": d.vocab_size,
+        "max_position_embeddings": d.max_position_embeddings,
+        "rms_norm_eps": d.rms_norm_eps,
+        **rope_config_fields(d.rope_theta, d.rope_scaling),
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": "bfloat16",
+    }
+    if target is not None:
+        fields.update(target.token_ids())
+    return fields
+
+
+def sglang_config(d: Eagle3Config, target: TargetModel | None) -> dict:
+    """SGLang's EAGLE-3 config. Its layer ids are HF index - 1: SGLang adds one to each."""
+    if (d.fc_norm or d.norm_output) and not sglang.EAGLE3_1_SERVABLE:
+        raise unsupported_export(
+            "eagle3.1",
+            "sglang",
+            "SGLang's LlamaForCausalLMEagle3 has no fc_norm and feeds the pre-norm state back "
+            "(python/sglang/srt/models/llama_eagle3.py), and its loader drops tensors it does "
+            "not know: it would serve a different model. Export --format vllm",
+        )
+    return {
+        "architectures": [sglang.EAGLE3_ARCHITECTURE],
+        **llama_fields(d, target),
+        "draft_vocab_size": d.draft_vocab_size,
+        "target_hidden_size": d.target_hidden_size,
+        sglang.EAGLE_CONFIG_KEY: {
+            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(d.aux_layer_ids),
+            sglang.USE_AUX_KEY: True,
+        },
+        "eyas": {
+            "version": __version__,
+            "method": d.method,
+            "aux_layer_convention": "sglang: HF hidden_states index - 1",
+            "trained_hf_layers": list(d.aux_layer_ids),
+        },
+    }
+
+
+def speculators_config(
+    d: Eagle3Config, target: TargetModel | None, target_name: str, speculative_tokens: int
+) -> dict:
+    """The speculators `eagle3` config vLLM reads (`update_eagle3`); EAGLE-3.1 is the same
+    algorithm with `fc_norm` and `norm_output` set."""
+    return {
+        "architectures": ["Eagle3Speculator"],
+        vllm.SPECULATORS_TYPE_KEY: "eagle3",
+        "speculators_version": "0.9.0",
+        "transformer_layer_config": llama_fields(d, target),
+        "draft_vocab_size": d.draft_vocab_size,
+        "norm_before_residual": d.norm_before_residual,
+        vllm.FC_NORM_KEY: d.fc_norm,
+        vllm.NORM_OUTPUT_KEY: d.norm_output,
+        "target_hidden_size": d.target_hidden_size,
+        vllm.AUX_IDS_KEY: vllm.to_vllm_layer_ids(d.aux_layer_ids),
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": speculative_tokens}
+            ],
+            "default_proposal_method": "greedy",
+            "verifier": {
+                "name_or_path": target_name,
+                "architectures": target.architectures if target else [],
+            },
+        },
+        "eyas": {"version": __version__, "method": d.method},
+    }
+
+
+def is_sglang(cfg: dict) -> bool:
+    return sglang.EAGLE3_ARCHITECTURE in (cfg.get("architectures") or [])
+
+
+def is_speculators(cfg: dict) -> bool:
+    return cfg.get(vllm.SPECULATORS_TYPE_KEY) == "eagle3"
+
+
+def layer_config(cfg: dict) -> dict:
+    return (cfg.get("transformer_layer_config") or {}) if is_speculators(cfg) else cfg
+
+
+def exported_aux_layers(cfg: dict) -> list[int] | None:
+    """The HF `hidden_states` indices an SGLang or speculators config makes the engine feed
+    the drafter (SGLang's ids are HF index - 1; speculators/vLLM's are the HF index)."""
+    if is_speculators(cfg):
+        ids = cfg.get(vllm.AUX_IDS_KEY)
+        return vllm.from_vllm_layer_ids(ids) if ids else None
+    ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
+    return sglang.from_sglang_layer_ids(ids) if ids else None
+
+
+def read_config(cfg: dict) -> Eagle3Config:
+    """An Eagle3Config from an SGLang or speculators `config.json`; aux ids in HF terms."""
+    if is_speculators(cfg):
+        if cfg.get(vllm.NORM_BEFORE_FC_KEY):
+            raise DrafterLoadError(
+                f"speculators option {vllm.NORM_BEFORE_FC_KEY} is not supported (one RMSNorm "
+                "over all fused layers; eyas trains and reads fc_norm, per layer)"
+            )
+        # read as vLLM reads it (`update_eagle3`): absent norm_before_residual means True
+        extra = {
+            "norm_before_residual": bool(
+                cfg.get("norm_before_residual", vllm.NORM_BEFORE_RESIDUAL_DEFAULT)
+            ),
+            "fc_norm": bool(cfg.get(vllm.FC_NORM_KEY, False)),
+            "norm_output": bool(cfg.get(vllm.NORM_OUTPUT_KEY, False)),
+        }
+    elif is_sglang(cfg):
+        extra = {}
+    else:
+        raise DrafterLoadError(
+            f"unknown drafter config: architectures={cfg.get('architectures')}; expected "
+            "LlamaForCausalLMEagle3 (SGLang) or speculators eagle3"
+        )
+    layer = layer_config(cfg)
+    if layer.get("num_hidden_layers", 1) != 1:
+        raise DrafterLoadError(
+            f"drafters with {layer.get('num_hidden_layers')} decoder layers are not supported"
+        )
+    aux = exported_aux_layers(cfg)
+    if not aux:
+        raise DrafterLoadError(
+            "the config names no eagle_aux_hidden_state_layer_ids: which target layers it "
+            "fuses is unknown"
+        )
+    hidden, heads = layer["hidden_size"], layer["num_attention_heads"]
+    theta, scaling = read_rope_fields(layer)
+    return Eagle3Config(
+        hidden_size=hidden,
+        intermediate_size=layer["intermediate_size"],
+        num_attention_heads=heads,
+        num_key_value_heads=layer.get("num_key_value_heads", heads),
+        vocab_size=layer["vocab_size"],
+        draft_vocab_size=cfg.get("draft_vocab_size") or layer["vocab_size"],
+        target_hidden_size=cfg.get("target_hidden_size") or hidden,
+        aux_layer_ids=list(aux),
+        max_position_embeddings=layer.get("max_position_embeddings", 4096),
+        rms_norm_eps=layer.get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        head_dim=layer.get("head_dim") or hidden // heads,
+        **extra,
+    )
+
+
+def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """What SGLang's and vLLM's EAGLE-3 loaders expect, by name and shape."""
+    layer = layer_config(cfg)
+    h, v = layer.get("hidden_size"), layer.get("vocab_size")
+    dv, ht = cfg.get("draft_vocab_size"), cfg.get("target_hidden_size") or h
+    nh, nkv = layer.get("num_attention_heads"), layer.get("num_key_value_heads")
+    hd = layer.get("head_dim") or (h // nh if h and nh else None)
+    inter = layer.get("intermediate_size")
+    n_aux = len(exported_aux_layers(cfg) or [None] * 3)
+    out = {
+        "fc.weight": (h, n_aux * ht),
+        "norm.weight": (h,),
+        "lm_head.weight": (dv, h),
+        "d2t": (dv,),
+        "t2d": (v,),
+        "embed_tokens.weight": (v, h),
+        "midlayer.self_attn.q_proj.weight": (nh * hd, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (nkv * hd, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (nkv * hd, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, nh * hd),
+        "midlayer.mlp.gate_proj.weight": (inter, h),
+        "midlayer.mlp.up_proj.weight": (inter, h),
+        "midlayer.mlp.down_proj.weight": (h, inter),
+        "midlayer.input_layernorm.weight": (h,),
+        "midlayer.hidden_norm.weight": (h,),
+        "midlayer.post_attention_layernorm.weight": (h,),
+    }
+    if is_speculators(cfg) and cfg.get(vllm.FC_NORM_KEY):
+        out.update({f"fc_norm.{i}.weight": (ht,) for i in range(n_aux)})
+    return out

@@ -1,0 +1,203 @@
+"""EAGLE-3 as a `DraftMethod`; `eagle3.1` is the same method with the two normalisation fixes
+(`fc_norm`, `norm_output`) switched on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from eyas.drafter.eagle3 import export as layouts
+from eyas.drafter.eagle3.decode import Eagle3Proposer
+from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
+from eyas.drafter.eagle3.train import step_mask, ttt_loss
+from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.method import (
+    DrafterLoadError,
+    DraftMethod,
+    Prepared,
+    check_layer_ids,
+    target_tensor,
+)
+from eyas.drafter.shape import drafter_shape
+from eyas.errors import EyasError
+from eyas.hf_models import TargetModel
+
+
+class Eagle3Method(DraftMethod):
+    def __init__(self, name: str, *, v31: bool):
+        self.name = name  # type: ignore[misc]
+        self.v31 = v31
+
+    # -- config ----------------------------------------------------------------------------
+
+    def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
+        """SGLang's default capture layers [2, N//2, N-3] (HF indices: what SGLang captures
+        when its config names no ids); for very shallow targets, where those collide, three
+        distinct evenly spread ids [1, N//2, N-1]."""
+        ids = [2, num_layers // 2, num_layers - 3]
+        if len(set(ids)) == 3 and all(1 <= i <= num_layers - 1 for i in ids):
+            return ids
+        ids = [1, max(2, num_layers // 2), num_layers - 1]
+        if len(set(ids)) != 3:
+            raise EyasError(
+                "bad_aux_layers",
+                f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers",
+            )
+        return ids
+
+    def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
+        if len(aux_layers) != 3:
+            raise EyasError(
+                "bad_aux_layers", f"aux layer ids {aux_layers}: EAGLE-3 fuses exactly 3 layers"
+            )
+        check_layer_ids(aux_layers, num_layers, what="EAGLE-3")
+
+    def build_config(
+        self,
+        *,
+        target: TargetModel,
+        train_cfg: Any,
+        aux_layers: list[int],
+        vocab: dict,
+        max_positions: int,
+    ) -> Eagle3Config:
+        shape = drafter_shape(
+            target,
+            num_attention_heads=train_cfg.num_attention_heads,
+            head_dim=train_cfg.head_dim,
+            intermediate_size=train_cfg.intermediate_size,
+        )
+        return Eagle3Config(
+            hidden_size=target.hidden_size,
+            intermediate_size=shape.intermediate_size,
+            num_attention_heads=shape.num_attention_heads,
+            num_key_value_heads=shape.num_key_value_heads,
+            head_dim=shape.head_dim,
+            vocab_size=target.vocab_size,
+            draft_vocab_size=vocab["draft_vocab_size"],
+            target_hidden_size=target.hidden_size,
+            aux_layer_ids=list(aux_layers),
+            max_position_embeddings=max_positions,
+            rms_norm_eps=target.rms_norm_eps,
+            rope_theta=target.rope_theta,
+            rope_scaling=target.rope_scaling,
+            target_num_layers=target.num_layers,
+            fc_norm=self.v31,
+            norm_output=self.v31,
+            extra={"shape": shape.why},
+        )
+
+    def config_from_dict(self, raw: dict) -> Eagle3Config:
+        fields = Eagle3Config.__dataclass_fields__
+        return Eagle3Config(**{k: v for k, v in raw.items() if k in fields})
+
+    def build_model(self, config: Eagle3Config) -> Eagle3Drafter:
+        return Eagle3Drafter(config)
+
+    def init_from_target(self, model, *, embedding, head, vocab) -> None:
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(embedding.float())
+            model.d2t.copy_(vocab["d2t"])
+            model.t2d.copy_(vocab["t2d"])
+
+    # -- training --------------------------------------------------------------------------
+
+    def num_slots(self, config: Any, train_cfg: Any) -> int:
+        return train_cfg.ttt
+
+    def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
+        counts = torch.tensor(
+            [float(step_mask(supervised, k).sum()) for k in range(train_cfg.ttt)],
+            dtype=torch.float64,
+        )
+        return Prepared(input_ids, supervised, counts, {})
+
+    def loss(
+        self,
+        model: nn.Module,
+        raw_model: nn.Module,
+        prepared: Prepared,
+        *,
+        aux: torch.Tensor,
+        teacher: Teacher,
+        normalizer: list[float],
+        train_cfg: Any,
+    ) -> tuple[torch.Tensor, list[StepStats]]:
+        ids = prepared.input_ids
+        # index j reads x_{j+1} and the target's h_j
+        inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
+        step_hidden = model(inputs, aux, train_cfg.ttt)
+        return ttt_loss(
+            step_hidden,
+            teacher,
+            prepared.supervised,
+            raw_model.lm_head,
+            raw_model.draft_to_target(),
+            raw_model.t2d,
+            normalizer,
+            train_cfg.loss_decay,
+            train_cfg.chunk_len,
+        )
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        # the decoder layer is its own unit so its all-gather overlaps the root's; the loss
+        # calls the head chunk by chunk, outside forward
+        return [model.midlayer, model.lm_head]
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def proposer(self, model: Eagle3Drafter) -> Eagle3Proposer:
+        return Eagle3Proposer(model)
+
+    def tree_proposer(self, model: Eagle3Drafter) -> Eagle3Proposer:
+        return Eagle3Proposer(model)
+
+    # -- export, loading and validation ----------------------------------------------------
+
+    def export(self, fmt, model, *, target, target_name, speculative_tokens):
+        d = model.config
+        if fmt == "sglang":
+            config = layouts.sglang_config(d, target)
+        else:
+            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
+        # bf16 for the float weights as servers load them; d2t/t2d keep their types
+        tensors = {
+            k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+            for k, v in model.state_dict().items()
+        }
+        return config, tensors
+
+    def reads(self, config: dict) -> bool:
+        return layouts.is_sglang(config) or layouts.is_speculators(config)
+
+    def read_export(self, config: dict) -> Eagle3Config:
+        return layouts.read_config(config)
+
+    def exported_aux_layers(self, config: dict) -> list[int] | None:
+        return layouts.exported_aux_layers(config)
+
+    def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
+        return layouts.expected_tensors(config)
+
+    def complete_weights(self, weights, config: Eagle3Config, folder: Path, target_dir):
+        """SGLang exports ship no embedding (the server takes the target's); a full-vocabulary
+        head ships no d2t/t2d."""
+        if "embed_tokens.weight" not in weights:
+            weights["embed_tokens.weight"] = target_tensor(folder, target_dir, "embed")
+        if "d2t" not in weights:  # a full-vocabulary head: identity mapping
+            if config.draft_vocab_size != config.vocab_size:
+                raise DrafterLoadError(f"{folder}: draft vocabulary without a d2t mapping")
+            weights["d2t"] = torch.zeros(config.draft_vocab_size, dtype=torch.long)
+        if "t2d" not in weights:
+            t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
+            t2d[torch.arange(config.draft_vocab_size) + weights["d2t"]] = True
+            weights["t2d"] = t2d
+        return weights
+
+    def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
+        # speculators `eagle3` configs carry fc_norm/norm_output; the method name is eagle3
+        # for both (`SpeculatorsConfig.build_vllm_speculative_config`)
+        return {"method": "eagle3", "model": str(drafter_dir), "num_speculative_tokens": k}

@@ -1,0 +1,92 @@
+"""The distillation loss every method trains with: soft cross-entropy of the drafter's
+distribution against the target's next-token distribution, restricted to the draft vocabulary
+(pure PyTorch: the CPU path and the reference for any fused kernel). Each method decides which
+drafter position is taught by which target position, and how positions are weighted.
+
+Memory. Neither the target's logits [N, V] nor the drafter's [N, Dv] exist for a whole
+sequence: the teacher is computed from the target's final (post-norm) hidden states and its
+`lm_head`, and both sides are computed, and recomputed in backward, one chunk of positions at
+a time (activation checkpointing), so memory grows with the chunk, not with N·V.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class StepStats:
+    """One drafted position's figures over a micro-batch (a TTT step, a block slot)."""
+
+    loss_sum: float
+    positions: int
+    correct: int
+    in_vocab: int
+
+
+@dataclass
+class Teacher:
+    """The target's side of the loss: final hidden states and the output head."""
+
+    final: torch.Tensor  # [B, T, Ht] after the target's final norm
+    head: torch.Tensor  # [V, Ht] the target's lm_head weight
+
+
+def _chunk(
+    normed: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    head: torch.Tensor,
+    draft_head: Callable[[torch.Tensor], torch.Tensor],
+    draft_ids: torch.Tensor,
+    t2d: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(soft CE [B, C], draft argmax == target argmax [B, C], target argmax in the draft
+    vocabulary [B, C]) for one chunk. normed: [B, C, H]; teacher_hidden: [B, C, Ht]."""
+    teacher = teacher_hidden.float() @ head.float().t()  # [B, C, V]
+    top = teacher.argmax(-1)  # [B, C]
+    p = torch.softmax(teacher[..., draft_ids], -1)  # renormalised over the draft vocab
+    logits = draft_head(normed).float()  # [B, C, Dv]
+    ce = -(p * F.log_softmax(logits, -1)).sum(-1)
+    return ce, draft_ids[logits.argmax(-1)] == top, t2d[top]
+
+
+def soft_ce(
+    normed: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    head: torch.Tensor,
+    draft_head: Callable[[torch.Tensor], torch.Tensor],
+    draft_ids: torch.Tensor,
+    t2d: torch.Tensor,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Elementwise soft CE, correctness and in-vocabulary flags, all [B, N], computed chunk by
+    chunk over N. `draft_head` is the drafter's lm_head module (under FSDP2 calling it gathers
+    its shard)."""
+    b, n = normed.shape[:2]
+    # keep a chunk's [B, C, V] teacher logits near 2^26 elements
+    chunk = max(16, min(chunk, (1 << 26) // max(1, b * head.shape[0])))
+    parts = []
+    for start in range(0, n, chunk):
+        sl = slice(start, start + chunk)
+        args = (normed[:, sl], teacher_hidden[:, sl], head, draft_head, draft_ids, t2d)
+        if torch.is_grad_enabled() and normed.requires_grad:
+            parts.append(checkpoint(_chunk, *args, use_reentrant=False))
+        else:
+            parts.append(_chunk(*args))
+    if not parts:
+        empty = normed.new_zeros(b, 0)
+        return empty, empty.bool(), empty.bool()
+    return tuple(torch.cat([p[i] for p in parts], 1) for i in range(3))  # type: ignore[return-value]
+
+
+def shift(x: torch.Tensor, by: int, fill) -> torch.Tensor:
+    """x[:, by:] padded at the end back to length T. x: [B, T, ...]."""
+    if by == 0:
+        return x
+    pad = torch.full_like(x[:, :by], fill)
+    return torch.cat([x[:, by:], pad], 1) if x.shape[1] > by else pad[:, : x.shape[1]]

@@ -1,0 +1,253 @@
+"""`DraftMethod`: everything eyas knows about one kind of drafter, in one place.
+
+Training (`eyas.train.loop`), offline evaluation (`eyas.evaluate`), export and validation
+(`eyas.export`) and loading (`eyas.drafter.load`) call a method through this interface and
+never touch its layers. A method owns:
+
+- its config, derived from the target (`build_config`), and which target layers it fuses, in
+  HF `hidden_states` terms (`default_aux_layers`, `check_aux_layers`);
+- its model (`build_model`), its training forward and loss (`prepare` then `loss`);
+- its incremental decode: a `Proposer` (chain) and, where the method has one, tree drafts;
+- its export layouts for SGLang and vLLM (`export`), the loader rules that read them back
+  (`reads`, `read_export`) and the validator's tensor shapes (`expected_tensors`).
+
+A new method is one package under `eyas/drafter/`, its tests, and one line in
+`eyas.drafter.registry`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import nn
+
+from eyas.drafter.loss import StepStats, Teacher
+from eyas.errors import EyasError, RefusedError
+from eyas.hf_models import TargetModel, target_model
+
+
+class Proposer(Protocol):
+    """Incremental drafting against a target that verifies (`eyas.evaluate.speculative`).
+
+    The target feeds the drafter one verified stretch at a time: `extend(tokens_after, aux)`
+    where row j of `aux` ([1, n, A]) is the target's fused state at a verified position and
+    `tokens_after[j]` the token that follows it (the last one is the token the next draft
+    starts from). `propose(k)` returns k draft tokens (target ids) and, at temperature > 0,
+    the distribution each was sampled from ([V] over the target vocabulary)."""
+
+    aux_layers: list[int]
+
+    def extend(self, tokens_after: list[int], aux: torch.Tensor) -> None: ...
+
+    def propose(
+        self, k: int, temperature: float, generator: torch.Generator | None
+    ) -> tuple[list[int], list[torch.Tensor] | None]: ...
+
+
+@dataclass
+class TreeNode:
+    token: int  # target id
+    parent: int  # index in the tree; -1 = the last verified token
+    depth: int  # 1 = a child of the last verified token
+
+
+@dataclass
+class Prepared:
+    """One micro-batch as a method trains on it: the sequences, their supervision, whatever
+    the method decided up front (anchors), and `counts[s]`, the positions trained at drafted
+    slot s (summed over micro-batches and ranks, they normalise the loss)."""
+
+    input_ids: torch.Tensor  # [B, T], right-padded
+    supervised: torch.Tensor  # [B, T] 1 = trained token
+    counts: torch.Tensor  # [S] float64
+    extra: dict[str, Any]
+
+
+def row_seed(seed: int, position: int, seq_id: str) -> int:
+    """A sequence's seed at a global batch position: the same on any rank and after a resume
+    (a method's random choices, such as DFlash's anchors, are drawn from it)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{position}:{seq_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def check_layer_ids(aux_layers: list[int], num_layers: int, *, what: str) -> None:
+    """Distinct ids in 1..N-1: id N is post-norm in transformers but pre-norm in SGLang and
+    vLLM, so a drafter trained on it would be served a different tensor; id 0 is the bare
+    embedding."""
+    if len(set(aux_layers)) != len(aux_layers) or any(
+        not 1 <= i <= num_layers - 1 for i in aux_layers
+    ):
+        raise EyasError(
+            "bad_aux_layers",
+            f"aux layer ids {aux_layers}: {what} fuses distinct layers with ids in "
+            f"1..{num_layers - 1}",
+        )
+
+
+class DrafterLoadError(EyasError):
+    def __init__(self, detail: str):
+        super().__init__("bad_drafter", detail)
+
+
+def target_tensor(folder: Path, target_dir: Any, role: str) -> torch.Tensor:
+    """A tensor (embed | head) of the drafter's target, for exports that leave it to the
+    engine; the target is the one given, else the one the export recorded."""
+    import json
+
+    meta = folder / "eyas_export.json"
+    target = target_dir or (
+        json.loads(meta.read_text()).get("target_dir") if meta.exists() else None
+    )
+    if target is None:
+        raise DrafterLoadError(
+            f"{folder} ships no {role} tensor: pass the target so it can be read from it"
+        )
+    found, _ = target_model(target).load_tensors(role)
+    if role not in found:
+        raise DrafterLoadError(f"no {role} tensor found in {target}")
+    return found[role].float()
+
+
+def unsupported_export(method: str, fmt: str, why: str) -> RefusedError:
+    return RefusedError("export_unsupported", f"{method} cannot be exported for {fmt}: {why}")
+
+
+class DraftMethod(ABC):
+    """One drafter method (see the module docstring). Instances are stateless."""
+
+    name: ClassVar[str]
+
+    # -- config ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def default_aux_layers(self, num_layers: int, train_cfg: Any) -> list[int]:
+        """HF `hidden_states` indices fused when the user names none."""
+
+    @abstractmethod
+    def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None: ...
+
+    @abstractmethod
+    def build_config(
+        self,
+        *,
+        target: TargetModel,
+        train_cfg: Any,
+        aux_layers: list[int],
+        vocab: dict,
+        max_positions: int,
+    ) -> Any:
+        """The drafter config for `target` (vocab: `eyas.drafter.vocab.build_vocab_mapping`)."""
+
+    @abstractmethod
+    def config_from_dict(self, raw: dict) -> Any: ...
+
+    @abstractmethod
+    def build_model(self, config: Any) -> nn.Module:
+        """A freshly initialised drafter; `.config` is `config`, `.method` this method's name."""
+
+    def uses_draft_vocab(self) -> bool:
+        """Whether the drafter has its own head over a reduced vocabulary."""
+        return True
+
+    def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int | None:
+        """A token id the method needs reserved (DFlash's mask token), or None."""
+        return None
+
+    # -- training --------------------------------------------------------------------------
+
+    @abstractmethod
+    def num_slots(self, config: Any, train_cfg: Any) -> int:
+        """Drafted positions per training example (TTT steps, block slots)."""
+
+    @abstractmethod
+    def prepare(
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        supervised: torch.Tensor,
+        *,
+        train_cfg: Any,
+        seeds: list[int],
+    ) -> Prepared:
+        """Decide everything random up front (from `seeds`, one per row, so the batch is the
+        same on any number of ranks and after a resume) and count the trained positions."""
+
+    @abstractmethod
+    def loss(
+        self,
+        model: nn.Module,
+        raw_model: nn.Module,
+        prepared: Prepared,
+        *,
+        aux: torch.Tensor,
+        teacher: Teacher,
+        normalizer: list[float],
+        train_cfg: Any,
+    ) -> tuple[torch.Tensor, list[StepStats]]:
+        """The training forward and loss of one micro-batch. `model` is the (possibly DDP or
+        FSDP-wrapped) drafter to call, `raw_model` the module underneath; aux: [B, T, n*Ht]."""
+
+    @abstractmethod
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        """Submodules FSDP2 shards as their own units, before the root."""
+
+    @abstractmethod
+    def init_from_target(
+        self, model: nn.Module, *, embedding: torch.Tensor, head: torch.Tensor, vocab: dict
+    ) -> None:
+        """Copy the target's frozen tensors (and the draft vocabulary) into a new drafter."""
+
+    # -- decoding --------------------------------------------------------------------------
+
+    @abstractmethod
+    def proposer(self, model: nn.Module) -> Proposer: ...
+
+    def tree_proposer(self, model: nn.Module):
+        """A proposer with `tree(depth, topk, num_nodes) -> list[TreeNode]`, or None."""
+        return None
+
+    # -- export, loading and validation ----------------------------------------------------
+
+    @abstractmethod
+    def export(
+        self,
+        fmt: str,
+        model: nn.Module,
+        *,
+        target: TargetModel | None,
+        target_name: str,
+        speculative_tokens: int,
+    ) -> tuple[dict, dict[str, torch.Tensor]]:
+        """(config.json, tensors) of the `fmt` layout; `unsupported_export` where the engine
+        cannot serve this drafter."""
+
+    @abstractmethod
+    def reads(self, config: dict) -> bool:
+        """Whether an exported `config.json` is this method's (the loader's dispatch)."""
+
+    @abstractmethod
+    def read_export(self, config: dict) -> Any:
+        """The drafter config of an exported `config.json` (aux ids in HF terms)."""
+
+    @abstractmethod
+    def exported_aux_layers(self, config: dict) -> list[int] | None: ...
+
+    @abstractmethod
+    def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
+        """Tensor name -> shape an export of `config` must ship (the validator's rule)."""
+
+    def complete_weights(
+        self, weights: dict[str, torch.Tensor], config: Any, folder: Path, target_dir: Any
+    ) -> dict[str, torch.Tensor]:
+        """Fill what an export leaves to the engine (the target's embedding, ...)."""
+        return weights
+
+    @abstractmethod
+    def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
+        """vLLM's `--speculative-config` for a drafter exported in this method's vLLM layout."""

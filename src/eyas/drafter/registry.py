@@ -1,0 +1,40 @@
+"""The drafter methods eyas trains, evaluates and exports, by name (`--method`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eyas.drafter.dflash import DFlashMethod
+from eyas.drafter.eagle3 import Eagle3Method
+from eyas.drafter.method import DrafterLoadError, DraftMethod
+from eyas.errors import EyasError
+
+METHODS: dict[str, DraftMethod] = {
+    "eagle3": Eagle3Method("eagle3", v31=False),
+    "eagle3.1": Eagle3Method("eagle3.1", v31=True),
+    "dflash": DFlashMethod(),
+}
+
+
+def get_method(name: str) -> DraftMethod:
+    if name not in METHODS:
+        raise EyasError("bad_flag", f"--method is one of {sorted(METHODS)}, not {name!r}")
+    return METHODS[name]
+
+
+def method_of(model: Any) -> DraftMethod:
+    """The method of a drafter model (`model.method`, set by its constructor)."""
+    return get_method(model.config.method)
+
+
+def method_reading(config: dict) -> DraftMethod:
+    """The method whose loader reads an exported `config.json`."""
+    for method in METHODS.values():
+        if method.reads(config):
+            return method
+    raise DrafterLoadError(
+        f"unknown drafter config: architectures={config.get('architectures')}, "
+        f"speculators_model_type={config.get('speculators_model_type')}; expected an EAGLE-3 "
+        "(LlamaForCausalLMEagle3, speculators eagle3) or DFlash (DFlashDraftModel, speculators "
+        "dflash) drafter"
+    )
