@@ -204,13 +204,13 @@ def test_vllm_rounds_sum_counters_and_the_baseline_answers_the_same_prompts(
 
 
 def random_drafter_dir(target, path):
-    from eyas.drafter.model import DrafterConfig, Eagle3Drafter
+    from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
     from eyas.train.checkpoint import save_drafter
 
     torch.manual_seed(0)
     c = target.config
     vocab = target.get_output_embeddings().weight.shape[0]
-    cfg = DrafterConfig(
+    cfg = Eagle3Config(
         hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size,
         num_attention_heads=c.num_attention_heads,

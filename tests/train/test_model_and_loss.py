@@ -238,3 +238,38 @@ def test_chunked_loss_equals_one_chunk():
     (l1, c1, g1), (l2, c2, g2) = results
     assert math.isclose(l1, l2, rel_tol=1e-6) and c1 == c2
     assert torch.allclose(g1, g2, atol=1e-6)
+
+
+def test_ttt_loss_equals_a_full_vocabulary_reference():
+    """The loss computes the full-vocabulary argmax once and the draft rows of the head per
+    step; the figures are those of the direct definition over the full-vocabulary logits."""
+    torch.manual_seed(5)
+    b, t, v, ht, k_steps = 2, 12, 30, 8, 3
+    draft_ids = torch.tensor([0, 2, 3, 7, 11, 12, 19, 25, 29])
+    t2d = torch.zeros(v, dtype=torch.bool)
+    t2d[draft_ids] = True
+    head = torch.randn(v, ht)
+    head[4] += 3.0  # make some target argmaxes fall outside the draft vocabulary
+    final = torch.randn(b, t, ht)
+    supervised = (torch.rand(b, t) > 0.2).long()
+    draft = [torch.randn(b, t, len(draft_ids), requires_grad=True) for _ in range(k_steps)]
+    loss, stats = ttt_loss(
+        draft, Teacher(final, head), supervised, nn.Identity(), draft_ids, t2d, [10.0] * k_steps
+    )
+    want, seen = 0.0, 0
+    for k in range(k_steps):
+        loss_k = 0.0
+        for r in range(b):
+            for j in range(t - 2 - k):  # index j: teacher at j+1+k, mask of x_{j+2+k}
+                if not supervised[r, j + 2 + k]:
+                    continue
+                full = final[r, j + 1 + k] @ head.t()
+                if not t2d[full.argmax()]:
+                    continue
+                p = torch.softmax(full[draft_ids], -1)
+                loss_k += float(-(p * torch.log_softmax(draft[k][r, j].detach(), -1)).sum())
+                seen += 1
+        assert math.isclose(stats[k].loss_sum, loss_k, rel_tol=1e-5, abs_tol=1e-6), k
+        want += 0.8**k * loss_k / 10.0
+    assert seen and math.isclose(float(loss), want, rel_tol=1e-5)
+    assert sum(s.in_vocab for s in stats) == seen < sum(s.positions for s in stats)

@@ -7,6 +7,13 @@ Memory. Neither the target's logits [N, V] nor the drafter's [N, Dv] exist for a
 sequence: the teacher is computed from the target's final (post-norm) hidden states and its
 `lm_head`, and both sides are computed, and recomputed in backward, one chunk of positions at
 a time (activation checkpointing), so memory grows with the chunk, not with N·V.
+
+Compute. The teacher needs no gradient, and of the target's full-vocabulary logits only the
+argmax is used beyond the draft vocabulary (to exclude positions the draft vocabulary cannot
+hit). So a method that drafts over a draft vocabulary computes the full-vocabulary argmax once
+per position (`teacher_argmax`, no grad) and, inside the checkpointed chunks, only the
+draft-vocabulary rows of the head (`soft_ce(..., top=)`): [Dv, Ht] products instead of
+[V, Ht] ones, twice per drafted step (forward and the backward recomputation).
 """
 
 from __future__ import annotations
@@ -44,15 +51,35 @@ def _chunk(
     draft_head: Callable[[torch.Tensor], torch.Tensor],
     draft_ids: torch.Tensor,
     t2d: torch.Tensor,
+    top: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(soft CE [B, C], draft argmax == target argmax [B, C], target argmax in the draft
-    vocabulary [B, C]) for one chunk. normed: [B, C, H]; teacher_hidden: [B, C, Ht]."""
-    teacher = teacher_hidden.float() @ head.float().t()  # [B, C, V]
-    top = teacher.argmax(-1)  # [B, C]
-    p = torch.softmax(teacher[..., draft_ids], -1)  # renormalised over the draft vocab
+    vocabulary [B, C]) for one chunk. normed: [B, C, H]; teacher_hidden: [B, C, Ht]. With
+    `top` (the target's full-vocabulary argmax [B, C]) `head` holds only the draft ids' rows."""
+    teacher = teacher_hidden.float() @ head.float().t()  # [B, C, V], or [B, C, Dv] with top
+    if top is None:
+        top = teacher.argmax(-1)  # [B, C]
+        teacher = teacher[..., draft_ids]
+    p = torch.softmax(teacher, -1)  # renormalised over the draft vocab
     logits = draft_head(normed).float()  # [B, C, Dv]
     ce = -(p * F.log_softmax(logits, -1)).sum(-1)
     return ce, draft_ids[logits.argmax(-1)] == top, t2d[top]
+
+
+def _chunk_len(batch: int, rows: int, chunk: int) -> int:
+    """Keep a chunk's [B, C, rows] teacher logits near 2^26 elements."""
+    return max(16, min(chunk, (1 << 26) // max(1, batch * rows)))
+
+
+@torch.no_grad()
+def teacher_argmax(final: torch.Tensor, head: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """[B, T] the target's full-vocabulary argmax at every position, chunk by chunk."""
+    b, t = final.shape[:2]
+    step = _chunk_len(b, head.shape[0], chunk)
+    parts = [
+        (final[:, s : s + step].float() @ head.float().t()).argmax(-1) for s in range(0, t, step)
+    ]
+    return torch.cat(parts, 1) if parts else final.new_zeros(b, 0, dtype=torch.long)
 
 
 def soft_ce(
@@ -63,17 +90,21 @@ def soft_ce(
     draft_ids: torch.Tensor,
     t2d: torch.Tensor,
     chunk: int = 1024,
+    *,
+    top: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Elementwise soft CE, correctness and in-vocabulary flags, all [B, N], computed chunk by
     chunk over N. `draft_head` is the drafter's lm_head module (under FSDP2 calling it gathers
-    its shard)."""
+    its shard). With `top` ([B, N], `teacher_argmax`) `head` is the target head's draft-id
+    rows only ([Dv, Ht]): the same figures at a fraction of the cost."""
     b, n = normed.shape[:2]
-    # keep a chunk's [B, C, V] teacher logits near 2^26 elements
-    chunk = max(16, min(chunk, (1 << 26) // max(1, b * head.shape[0])))
+    chunk = _chunk_len(b, head.shape[0], chunk)
     parts = []
     for start in range(0, n, chunk):
         sl = slice(start, start + chunk)
         args = (normed[:, sl], teacher_hidden[:, sl], head, draft_head, draft_ids, t2d)
+        if top is not None:
+            args = (*args, top[:, sl])
         if torch.is_grad_enabled() and normed.requires_grad:
             parts.append(checkpoint(_chunk, *args, use_reentrant=False))
         else:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import tempfile
 import time
@@ -153,9 +154,23 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     log(f"starting vLLM ({'with the drafter' if drafter else 'baseline, no drafter'})")
     name = "spec" if drafter else "base"
     with vllm_server(
-        cfg.vllm_python, cfg.target, args, log_path=scratch / f"vllm-{name}.log"
+        cfg.vllm_python, cfg.target, args, log_path=_log_dir(cfg) / f"vllm-{name}.log"
     ) as url:
         yield [url]
+
+
+def _log_dir(cfg: EvalConfig) -> Path:
+    """Where the logs of the servers eyas starts go: beside `--json`, else a folder of their
+    own that outlives the run (a failed start's message names its log)."""
+    if cfg.json_out is not None:
+        cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
+        return cfg.json_out.parent
+    return _own_log_dir()
+
+
+@functools.cache
+def _own_log_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="eyas-eval-logs-"))
 
 
 @contextlib.contextmanager

@@ -19,13 +19,21 @@ def acceptance_estimate(per_step_acc: list[float]) -> float:
     return round(total, 4)
 
 
+def _step(line: str) -> int | None:
+    """A row's step; None for a row a kill cut short mid-write (it is dropped, not fatal)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def truncate_metrics(path: Path, step: int) -> int:
     """Drop rows after `step` (steps a killed run logged after its last checkpoint, which the
-    resumed run logs again); returns how many were dropped."""
+    resumed run logs again) and any row cut short by the kill; returns how many were dropped."""
     if not path.exists():
         return 0
     rows = [line for line in path.read_text().splitlines() if line.strip()]
-    keep = [line for line in rows if json.loads(line)["step"] <= step]
+    keep = [line for line in rows if (s := _step(line)) is not None and s <= step]
     if len(keep) != len(rows):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from eyas.drafter.loss import StepStats, Teacher, shift, soft_ce
+from eyas.drafter.loss import StepStats, Teacher, shift, soft_ce, teacher_argmax
 
 
 def step_mask(supervised: torch.Tensor, k: int) -> torch.Tensor:
@@ -48,10 +48,21 @@ def ttt_loss(
     """
     total = step_hidden[0].new_zeros((), dtype=torch.float32)
     stats = []
+    # Every step's teacher is the same target positions, shifted: the full-vocabulary argmax
+    # is computed once, and each step's soft CE needs only the draft ids' rows of the head.
+    top = teacher_argmax(teacher.final, teacher.head, chunk)
+    draft_rows = teacher.head.index_select(0, draft_ids.to(teacher.head.device))
     for k, normed in enumerate(step_hidden):
         mask_k = step_mask(supervised, k)
         ce, correct, in_vocab = soft_ce(
-            normed, step_teacher(teacher.final, k), teacher.head, draft_head, draft_ids, t2d, chunk
+            normed,
+            step_teacher(teacher.final, k),
+            draft_rows,
+            draft_head,
+            draft_ids,
+            t2d,
+            chunk,
+            top=shift(top, 1 + k, 0),
         )
         trained = in_vocab & mask_k
         loss_sum = (ce * trained).sum()
