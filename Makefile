@@ -19,7 +19,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	bash tools/bench_data.sh $(BIN)/python  # benchmark prompt sets into $$EYAS_CACHE (once)
-	# the real target of the `real` tier: fetched and converted once, cached under $EYAS_CACHE
+	# the real target of the `real` tier: fetched and converted once, cached under $$EYAS_CACHE
 	bash tools/smollm2.sh $(BIN)/python
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
