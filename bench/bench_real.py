@@ -1,28 +1,34 @@
-"""eyas against vLLM speculators' `Eagle3` drafter on a real pretrained target, same data, same
-optimizer steps, both served in the same vLLM.
+"""eyas against vLLM speculators' `Eagle3` drafter on a real pretrained target: the same
+regenerated data, the same stored target states, the same optimizer steps and schedule, both
+served in the same vLLM and measured on the benchmarks model cards report.
 
-    .venv/bin/python bench/bench_real.py [--steps 30] [--train-rows 16] [--bench heldout]
+    .venv/bin/python bench/bench_real.py [--train-rows 60] [--steps 150] \
+        [--bench mt_bench,humaneval] [--bench-limit 10] [--heldout] [--threads 2] \
         [--no-peer] [--workdir DIR]
 
 Target: HF's SmolLM2-135M-Instruct (tools/smollm2.sh; 30 layers, hidden 576, vocab 49152),
 fp32 on CPU. Stages, each timed:
 1. data: the toy chat datasets (B4 ShareGPT, B5 UltraChat, B6 math, B7 code, B8 reasoning)
    rendered with SmolLM2's template and regenerated greedily through vLLM on CPU
-   (`eyas generate --backend vllm`); held-out prompts from other seeds, minus any conversation
-   that also trains;
+   (`eyas generate --backend vllm`);
 2. capture: `eyas capture --backend vllm` (the aux layers and the last layer, fp32);
-3. training, the same `--steps` optimizer steps on the same batches:
-   - eyas online (the target in process) and eyas from the captures;
+3. training, `--steps` optimizer steps on the same batches of the same captured states:
+   - eyas from the captures (`eyas train --hidden-states`: the drafter that is served);
    - speculators 0.9.0 `Eagle3DraftModel` (one llama layer, sdpa, eager KL loss, decay 0.8;
      its model-level training on CPU, bench/peer_speculators_train.py in its own venv) on
-     exactly the batches eyas online trained, packed as speculators packs them, with eyas's
-     draft vocabulary, AdamW and clipping;
-4. serving: each drafter inside vLLM (`eyas eval --backend vllm --baseline`, chain k), the
-   acceptance length per benchmark (tokens per verify step, bonus included) and the served
-   speedup over the same vLLM without a drafter.
+     exactly the batches eyas trained, read from the same capture and packed as speculators
+     packs them, with eyas's draft vocabulary, AdamW, clipping and learning-rate schedule;
+   - eyas online (the 30-layer target in process) for `--online-steps` steps, timed only:
+     online versus from-capture training speed;
+4. serving: each drafter inside vLLM (`eyas eval --bench ... --backend vllm --baseline`,
+   chain k = 3, the published configuration: SGLang steps 3, topk 1, 4 draft tokens):
+   acceptance length per benchmark (tokens per verify step, bonus included; MT-Bench's second
+   turn asked after the served model's own first answer), lossless against the same vLLM
+   without a drafter, and the served speedup over it. `--heldout` adds the held-out toy chat
+   prompts (other seeds, no training conversation among them) as one more row.
 
-`--bench` takes a comma list: `heldout` (default: the held-out chat prompts, one row per
-dataset) or benchmark sets when this eyas has `eyas eval --bench` (MT-Bench, HumanEval, BFCL).
+Threads: `--threads` sets torch's threads here and in the peer (default 2, this machine's
+cores); vLLM runs with its own default on the same cores.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -39,10 +46,11 @@ from pathlib import Path
 
 import torch
 from bench_local_generate import smollm2_dir
-from bench_train import export_peer_batches, timed
+from bench_train import timed
 from peers import ROOT, speculators_venv, vllm_python
+from safetensors.torch import save_file
 
-from eyas.config import EvalConfig, TrainConfig
+from eyas.config import TrainConfig
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
 from eyas.serving.vllm import vllm_server
@@ -95,83 +103,179 @@ def conversation_ids(prep: Path) -> set[str]:
     }
 
 
-def train_cfg(args, model: Path, out: Path, **kw) -> TrainConfig:
+def train_cfg(args, model: Path, out: Path, steps: int, **kw) -> TrainConfig:
     return TrainConfig(
         target=model,
         out=out,
-        steps=args.steps,
+        steps=steps,
         ttt=args.ttt,
         draft_vocab=args.draft_vocab,
         batch_tokens=args.batch_tokens,
-        warmup_steps=2,
-        checkpoint_every=10_000,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        checkpoint_every=10**6,
         **kw,
     )
 
 
-def peer_train(args, model: Path, online: Trainer, work: Path) -> dict:
+PEER_KEYS = (
+    "input_ids",
+    "hidden_states",
+    "verifier_last_hidden_states",
+    "loss_mask",
+    "position_ids",
+)
+
+
+def export_captured_batches(trainer: Trainer, steps: int, path: Path, meta_path: Path) -> None:
+    """The batches of steps 0..steps-1 of a from-capture Trainer, for speculators: each
+    sequence once, from the same stored states eyas reads (aux layers, and the last layer
+    before the final norm, which speculators applies itself), shifted as speculators'
+    `shift_batch` does (x_{j+1}, g_j, y_{j+1}); the steps as lists of sequence indices,
+    packed into one row with document ids by the peer. The loss mask is eyas's (index j trains
+    x_{j+2}) so both train the same positions; the learning rate of every step is eyas's."""
+    target = trainer.target
+    n_aux = len(target.aux_layers)
+    tensors: dict[str, torch.Tensor] = {
+        "t2d": trainer.raw_model.t2d.clone(),
+        "d2t": trainer.raw_model.d2t.clone(),
+    }
+    index: dict[str, int] = {}
+    batches = []
+    for s in range(steps):
+        seqs, weight = trainer._batch_at(s)
+        assert weight == 1.0  # one process: every batch has sequences
+        for q in seqs:
+            if q.id in index:
+                continue
+            n = len(q.ids)
+            states = target.reader.read(q.source, n).float()  # [n, n_aux + 1, H]
+            i = index[q.id] = len(index)
+            sup = torch.tensor([*q.supervised, 0])
+            tensors[f"{i}.input_ids"] = torch.tensor(q.ids[1:n])
+            tensors[f"{i}.hidden_states"] = states[: n - 1, :n_aux].reshape(n - 1, -1).clone()
+            tensors[f"{i}.verifier_last_hidden_states"] = states[1:n, n_aux].clone()
+            tensors[f"{i}.loss_mask"] = sup[2 : n + 1].to(torch.uint8)
+            tensors[f"{i}.position_ids"] = torch.arange(1, n)
+        batches.append([index[q.id] for q in seqs])
+    save_file(tensors, str(path))
+    cfg = trainer.cfg
+    meta_path.write_text(
+        json.dumps(
+            {
+                "steps": steps,
+                "keys": list(PEER_KEYS),
+                "sequences": len(index),
+                "batches": batches,
+                "draft_vocab_size": int(trainer.raw_model.config.draft_vocab_size),
+                "aux_layers": list(target.aux_layers),
+                "loss_decay": cfg.loss_decay,
+                "lr": cfg.lr,
+                "lr_factors": [trainer._lr_factor(s) for s in range(steps)],
+                "clip": cfg.clip,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
+
+
+def peer_train(args, model: Path, captured: Trainer, work: Path) -> dict:
     batches, meta = work / "peer_batches.safetensors", work / "peer_meta.json"
-    export_peer_batches(online, args.steps, batches, meta)
+    export_captured_batches(captured, args.steps, batches, meta)
+    cmd = [
+        speculators_venv() / "bin" / "python", ROOT / "bench" / "peer_speculators_train.py",
+        "--data", batches, "--meta", meta, "--verifier", model, "--ttt", args.ttt,
+        "--warmup", TIMING_WARMUP, "--save", work / "speculators",
+    ]  # fmt: skip
     out = subprocess.run(
-        [
-            str(speculators_venv() / "bin" / "python"),
-            str(ROOT / "bench" / "peer_speculators_train.py"),
-            "--data",
-            str(batches),
-            "--meta",
-            str(meta),
-            "--verifier",
-            str(model),
-            "--ttt",
-            str(args.ttt),
-            "--warmup",
-            "2",
-            "--save",
-            str(work / "speculators"),
-        ],
+        [str(c) for c in cmd],
         check=True,
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
+    batches.unlink()  # one copy of the states is enough: the capture
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def served(args, model: Path, drafter: Path, heldout: Path, out: Path, log: Path) -> dict:
-    bench = [b for b in args.bench.split(",") if b]
-    source = ["--input", heldout]
-    if bench != ["heldout"]:
-        if "bench" not in EvalConfig.model_fields:
-            raise SystemExit("--bench needs `eyas eval --bench` (benchmark sets as eyas inputs)")
-        source = ["--bench", ",".join(bench)]
+def served(args, model: Path, drafter: Path, source: list, out: Path, log: Path) -> dict:
     cli(
         "eval", "--target", model, "--drafter", drafter, *source, "--k", args.k,
-        "--max-new-tokens", args.eval_max_new_tokens, "--limit", args.eval_rows,
-        "--backend", "vllm", "--vllm-python", vllm_python(), "--baseline", "--json", out,
-        log=log,
+        "--max-new-tokens", args.eval_max_new_tokens, "--backend", "vllm",
+        "--vllm-python", vllm_python(), "--baseline", "--json", out, log=log,
     )  # fmt: skip
     return json.loads(out.read_text())
 
 
+TIMING_WARMUP = 2  # steps not timed (allocator and thread-pool warm-up)
+
+
+def training_figures(args, captured_hist, online_hist, peer) -> dict:
+    captured_s, captured_tokens = timed(captured_hist, TIMING_WARMUP)
+    online_s, online_tokens = timed(online_hist, TIMING_WARMUP)
+    captured_rate, online_rate = captured_tokens / captured_s, online_tokens / online_s
+    out = {
+        "steps": args.steps,
+        "online_steps": args.online_steps,
+        "timed_steps_after_warmup": TIMING_WARMUP,
+        "eyas_captured_tok_s": round(captured_rate, 1),
+        "eyas_captured_step_s": round(captured_s / (args.steps - TIMING_WARMUP), 3),
+        "eyas_online_tok_s": round(online_rate, 1),
+        "eyas_online_step_s": round(online_s / (args.online_steps - TIMING_WARMUP), 3),
+        "captured_vs_online": round(captured_rate / online_rate, 2),
+        "eyas_loss_first_last": [captured_hist[0]["loss"], captured_hist[-1]["loss"]],
+        "eyas_train_acc_last": captured_hist[-1]["per_step_acc"],
+        "eyas_acceptance_estimate_last": captured_hist[-1]["acceptance_estimate"],
+    }
+    if peer is not None:
+        rate = captured_tokens / peer["timed_seconds"]
+        out.update(
+            {
+                "speculators_tok_s": round(rate, 1),
+                "speculators_step_s": round(peer["timed_seconds"] / peer["timed_steps"], 3),
+                "speculators_loss_first_last": [peer["losses"][0], peer["losses"][-1]],
+                "eyas_captured_vs_speculators": round(captured_rate / rate, 2),
+            }
+        )
+    return out
+
+
+def rows_of(result: dict) -> dict[str, dict]:
+    """Per benchmark (or held-out dataset): acceptance, per position, prompts."""
+    return {
+        name: {
+            "acceptance_length": d["acceptance_length"],
+            "per_position": d["per_position"],
+            "prompts": d.get("prompts"),
+        }
+        for name, d in result["datasets"].items()
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--train-rows", type=int, default=16, help="rows per chat dataset")
-    ap.add_argument("--eval-rows", type=int, default=4, help="held-out prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--train-rows", type=int, default=60, help="rows per chat dataset")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="regenerated tokens")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--online-steps", type=int, default=8, help="online steps (timed only)")
     ap.add_argument("--ttt", type=int, default=3)
     ap.add_argument("--draft-vocab", type=int, default=8192)
     ap.add_argument("--batch-tokens", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--bench", default="mt_bench,humaneval", help="comma list of benchmarks")
+    ap.add_argument("--bench-limit", type=int, default=10, help="prompts per benchmark")
     ap.add_argument("--eval-max-new-tokens", type=int, default=64)
-    ap.add_argument("--bench", default="heldout", help="comma list: heldout, or benchmark sets")
+    ap.add_argument("--heldout", type=int, default=0, help="held-out chat prompts per dataset")
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (eyas and peer)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (eyas and peer)")
     ap.add_argument("--json", default="bench/results/real.json")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    load_start = os.getloadavg()
     model, vpy = smollm2_dir(), vllm_python()
     stamp = json.loads((model.parent / "smollm2.json").read_text())
     work = args.workdir or Path(tempfile.mkdtemp(prefix="eyas-bench-real-"))
@@ -179,13 +283,14 @@ def main() -> None:
     log = work / "bench.log"
     seconds: dict[str, float] = {}
 
+    def say(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.0f}s] {msg}", flush=True)
+
     train_prep, n_train = prepare(model, work / "train", args.train_rows, TRAIN_SEED, set())
-    heldout, n_heldout = prepare(
-        model, work / "heldout", args.eval_rows, HELDOUT_SEED, conversation_ids(train_prep)
-    )
     gen = work / "generate"
     server_args = ["--dtype", "float32", "--max-model-len", "4096", "--enforce-eager"]
     if not (gen / "manifest.json").exists():  # a rerun on the same --workdir reuses the data
+        say(f"generating {n_train} conversations through vLLM")
         t0 = time.perf_counter()
         with vllm_server(vpy, model, server_args, log_path=work / "vllm-generate.log") as url:
             seconds["vllm_start"] = time.perf_counter() - t0
@@ -197,78 +302,111 @@ def main() -> None:
     manifest = json.loads((gen / "manifest.json").read_text())["this_run"]
     cap = work / "capture"
     if not (cap / "manifest.json").exists():
+        say("capturing through vLLM")
         seconds["capture"] = cli(
             "capture", "--target", model, "--data", gen, "--out", cap, "--backend", "vllm",
             "--vllm-python", vpy, "--dtype", "float32", log=log,
         )  # fmt: skip
+    cap_manifest = json.loads((cap / "manifest.json").read_text())
 
     for name in ("eyas-online", "eyas-captured", "eyas-vllm", "speculators"):
         shutil.rmtree(work / name, ignore_errors=True)  # training always starts from step 0
-    online = Trainer(train_cfg(args, model, work / "eyas-online", data=gen), log=lambda s: None)
-    online.setup()
-    online_hist = online.train()
-    online.finish()  # the final drafter/ that export reads
+    say(f"eyas from captures: {args.steps} steps")
+    t0 = time.perf_counter()
     captured = Trainer(
-        train_cfg(args, model, work / "eyas-captured", hidden_states=cap), log=lambda s: None
+        train_cfg(args, model, work / "eyas-captured", args.steps, hidden_states=cap),
+        log=lambda s: None,
     )
     captured.setup()
     captured_hist = captured.train()
-    online_s, tokens = timed(online_hist, 2)
-    captured_s, captured_tokens = timed(captured_hist, 2)
-    training = {
-        "steps": args.steps,
-        "timed_steps": args.steps - 2,
-        "supervised_tokens_timed": tokens,
-        "eyas_online_tok_s": round(tokens / online_s, 1),
-        "eyas_captured_tok_s": round(captured_tokens / captured_s, 1),
-        "captured_vs_online": round((captured_tokens / captured_s) / (tokens / online_s), 2),
-        "eyas_loss_first_last": [online_hist[0]["loss"], online_hist[-1]["loss"]],
-        "draft_vocab_size": int(online.raw_model.config.draft_vocab_size),
-    }
-    eyas_export = work / "eyas-vllm"
-    cli(
-        "export", "drafter", "--checkpoint", work / "eyas-online", "--format", "vllm",
-        "--out", eyas_export, log=log,
-    )  # fmt: skip
-    drafters = {"eyas": eyas_export}
+    captured.finish()  # the final drafter/ that export reads
+    seconds["train_eyas_captured"] = time.perf_counter() - t0
+    draft_vocab = int(captured.raw_model.config.draft_vocab_size)
+    peer = None
     if not args.no_peer:
-        peer = peer_train(args, model, online, work)
-        training["speculators_tok_s"] = round(tokens / peer["timed_seconds"], 1)
-        training["speculators_loss_first_last"] = [peer["losses"][0], peer["losses"][-1]]
-        training["eyas_online_vs_speculators"] = round(
-            (tokens / online_s) / training["speculators_tok_s"], 2
-        )
-        drafters["speculators"] = work / "speculators"
-    online.cleanup()
-    captured.cleanup()
-
-    results = {}
-    for name, path in drafters.items():
+        say(f"speculators on the same batches: {args.steps} steps")
         t0 = time.perf_counter()
-        results[name] = served(args, model, path, heldout, work / f"eval-{name}.json", log)
-        seconds[f"eval_{name}"] = time.perf_counter() - t0
-    datasets = sorted(results["eyas"]["datasets"])
-    print(
-        f"SmolLM2-135M-Instruct (fp32, CPU, {torch.get_num_threads()} threads); {n_train} "
-        f"training conversations regenerated by vLLM ({manifest['output_tokens']} tokens), "
-        f"{args.steps} optimizer steps of {args.batch_tokens} tokens, TTT {args.ttt}; served "
-        f"chain k={args.k}, {n_heldout} held-out prompts, <= {args.eval_max_new_tokens} tokens"
+        peer = peer_train(args, model, captured, work)
+        seconds["train_speculators"] = time.perf_counter() - t0
+    captured.cleanup()
+    say(f"eyas online: {args.online_steps} steps (timed)")
+    t0 = time.perf_counter()
+    online = Trainer(
+        train_cfg(args, model, work / "eyas-online", args.online_steps, data=gen),
+        log=lambda s: None,
     )
-    head = f"{'benchmark':<16}" + "".join(f"{n:>14}" for n in results)
+    online.setup()
+    online_hist = online.train()
+    online.cleanup()
+    seconds["train_eyas_online"] = time.perf_counter() - t0
+    training = training_figures(args, captured_hist, online_hist, peer)
+    training["draft_vocab_size"] = draft_vocab
+    training["supervised_tokens_per_step"] = round(
+        sum(m["trained_positions"] for m in captured_hist) / len(captured_hist)
+    )
+    cli(
+        "export", "drafter", "--checkpoint", work / "eyas-captured", "--format", "vllm",
+        "--out", work / "eyas-vllm", log=log,
+    )  # fmt: skip
+    drafters = {"eyas": work / "eyas-vllm"}
+    if peer is not None:
+        drafters["speculators"] = work / "speculators"
+
+    sources = {"bench": ["--bench", args.bench, "--limit", args.bench_limit]}
+    if args.heldout:
+        heldout, _ = prepare(
+            model, work / "heldout", args.heldout, HELDOUT_SEED, conversation_ids(train_prep)
+        )
+        sources["heldout"] = ["--input", heldout, "--limit", args.heldout]
+    results: dict[str, dict] = {}
+    for name, path in drafters.items():
+        results[name] = {"rows": {}, "runs": {}}
+        for kind, source in sources.items():
+            say(f"serving {name} in vLLM: {kind}")
+            t0 = time.perf_counter()
+            r = served(args, model, path, source, work / f"eval-{name}-{kind}.json", log)
+            seconds[f"eval_{name}_{kind}"] = time.perf_counter() - t0
+            results[name]["rows"].update(rows_of(r))
+            results[name]["runs"][kind] = {
+                "acceptance_length": r["acceptance_length"],
+                "per_position": r["per_position"],
+                "throughput": r["throughput"],
+                "lossless": r["lossless"],
+                "settings": r["settings"],
+                "rejected": {
+                    row["benchmark"]: row["rejected"]
+                    for row in (r.get("model_card") or {}).get("rows", [])
+                },
+            }
+    seconds["total"] = time.perf_counter() - started
+    load_end = os.getloadavg()
+
+    print(
+        f"SmolLM2-135M-Instruct (fp32, CPU, {args.threads} torch threads); {n_train} "
+        f"conversations regenerated by vLLM ({manifest['output_tokens']} tokens; "
+        f"{cap_manifest['counts']['samples']} captured, {cap_manifest['counts']['tokens']} "
+        f"tokens), {args.steps} optimizer steps of {args.batch_tokens} tokens, TTT {args.ttt}, "
+        f"draft vocab {draft_vocab}; served chain k={args.k}, <= {args.eval_max_new_tokens} "
+        "new tokens"
+    )
     print("acceptance length (tokens per verify step, bonus included)")
-    print(head)
-    for ds in [*datasets, "all"]:
-        cells = [
-            r["acceptance_length"] if ds == "all" else r["datasets"][ds]["acceptance_length"]
-            for r in results.values()
-        ]
+    print(f"{'benchmark':<16}" + "".join(f"{n:>14}" for n in results))
+    names = list(results["eyas"]["rows"])
+    for ds in names:
+        cells = [r["rows"].get(ds, {}).get("acceptance_length", "-") for r in results.values()]
         print(f"{ds:<16}" + "".join(f"{c:>14}" for c in cells))
-    print(
-        f"{'speedup':<16}" + "".join(f"{r['throughput']['speedup']:>14}" for r in results.values())
-    )
-    print(f"{'lossless':<16}" + "".join(f"{r['lossless']!s:>14}" for r in results.values()))
-    print("training, supervised tokens/s:", {k: v for k, v in training.items() if "tok_s" in k})
+    for kind in sources:
+        for key, label in (("speedup", "speedup"), ("lossless", "lossless")):
+            cells = [
+                r["runs"][kind]["throughput"].get("speedup")
+                if key == "speedup"
+                else r["runs"][kind]["lossless"]
+                for r in results.values()
+            ]
+            print(f"{label + ' ' + kind:<16}" + "".join(f"{c!s:>14}" for c in cells))
+    print("training:", json.dumps(training))
     print("stage seconds:", {k: round(v, 1) for k, v in seconds.items()})
+    print(f"load average at start {load_start}, at end {load_end}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
@@ -279,30 +417,22 @@ def main() -> None:
                     "weights_sha256": stamp["weights_sha256"],
                     "dtype": "float32",
                 },
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
                 "device": "cpu",
-                "torch_threads": torch.get_num_threads(),
+                "torch_threads": args.threads,
                 "date": time.strftime("%Y-%m-%d"),
-                "benchmarks": args.bench,
+                "settings": {
+                    k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                },
+                "load_average": {"start": load_start, "end": load_end},
                 "data": {
                     "training_conversations": n_train,
-                    "heldout_prompts": n_heldout,
                     "generate": manifest,
+                    "captured": cap_manifest["counts"],
+                    "captured_excluded": cap_manifest.get("excluded"),
                 },
                 "training": training,
-                "served": {
-                    name: {
-                        "acceptance_length": r["acceptance_length"],
-                        "per_benchmark": {
-                            d: r["datasets"][d]["acceptance_length"] for d in r["datasets"]
-                        },
-                        "per_position": r["per_position"],
-                        "speedup": r["throughput"].get("speedup"),
-                        "throughput": r["throughput"],
-                        "lossless": r["lossless"],
-                        "settings": r["settings"],
-                    }
-                    for name, r in results.items()
-                },
+                "served": results,
                 "stage_seconds": {k: round(v, 1) for k, v in seconds.items()},
                 "workdir": str(work),
             },

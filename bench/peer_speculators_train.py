@@ -1,8 +1,9 @@
-"""Peer half of bench_train: speculators 0.9.0 `Eagle3DraftModel` trained on the batches
-bench_train.py exported, on CPU (sdpa attention, eager KL loss; speculators on CPU).
+"""Peer half of bench_train and bench_real: speculators 0.9.0 `Eagle3DraftModel` trained on
+the batches they exported, on CPU (sdpa attention, eager KL loss; speculators on CPU), at
+eyas's learning rate of every step when the batches carry it (`lr_factors`).
 
 Runs in the speculators venv (tools/speculators_env.sh), not in eyas's: speculators pins
-transformers <= 5.19. Called by bench_train.py; prints one JSON object.
+transformers <= 5.19. Called by bench_train.py and bench_real.py; prints one JSON object.
 
     SPEC_VENV/bin/python bench/peer_speculators_train.py --data steps.safetensors \
         --meta steps.json --verifier TOY_DIR --ttt 3
@@ -17,6 +18,19 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+
+def step_batch(tensors: dict, meta: dict, s: int) -> dict:
+    """Step `s`'s packed row: stored per step, or (`meta["batches"]`) as a list of stored
+    sequences packed here with document ids, outside the timed step."""
+    if "batches" not in meta:
+        return {k: tensors[f"{s}.{k}"].unsqueeze(0) for k in meta["keys"]}
+    seqs = meta["batches"][s]
+    batch = {k: torch.cat([tensors[f"{i}.{k}"] for i in seqs]) for k in meta["keys"]}
+    batch["document_ids"] = torch.cat(
+        [torch.full((len(tensors[f"{i}.input_ids"]),), r) for r, i in enumerate(seqs)]
+    )
+    return {k: v.unsqueeze(0) for k, v in batch.items()}
 
 
 def main() -> None:
@@ -47,9 +61,13 @@ def main() -> None:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=meta["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
+    factors = meta.get("lr_factors")  # eyas's warmup + cosine, step by step (else constant)
     times, losses = [], []
     for s in range(meta["steps"]):
-        batch = {k: tensors[f"{s}.{k}"].unsqueeze(0) for k in meta["keys"]}
+        batch = step_batch(tensors, meta, s)
+        if factors is not None:
+            for group in opt.param_groups:
+                group["lr"] = meta["lr"] * factors[s]
         t0 = time.perf_counter()
         _, loss, _ = model(
             hidden_states=batch["hidden_states"],
