@@ -82,9 +82,14 @@ def _data(target: Path, out: Path, rows: int, max_new_tokens: int) -> tuple[Path
     )
     from eyas.generate.prepare import prepare
     from eyas.generate.run import run_generate
+    from eyas.render.probe import probe_template
     from eyas.toy.datasets import FAMILIES, write_datasets
 
     renderer = Renderer(target)
+    # a template without tools (SmolLM2's ChatML) is refused the tool families: chat only
+    families = [
+        f for f in FAMILIES if f.kind == "chat" or probe_template(renderer)["tools_rendered"]
+    ]
 
     def config(name: str, sources: dict) -> PipelineConfig:
         return PipelineConfig(
@@ -93,7 +98,7 @@ def _data(target: Path, out: Path, rows: int, max_new_tokens: int) -> tuple[Path
             backend=BackendConfig(kind="local", concurrency=32),
             generate=GenerateConfig(max_new_tokens=max_new_tokens, shard_size=500),
             datasets=[
-                DatasetConfig(name=f.name, path=sources[f.name], format=f.format) for f in FAMILIES
+                DatasetConfig(name=f.name, path=sources[f.name], format=f.format) for f in families
             ],
         )
 

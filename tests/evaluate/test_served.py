@@ -3,14 +3,23 @@ them as SGLang does) and vLLM's Prometheus counters (the fake vLLM exports them 
 names); the target is never loaded in process, and the lossless check compares with a
 baseline server run twice."""
 
+import asyncio
 import json
 
 import pytest
 from typer.testing import CliRunner
 
+from eyas.backends.policy import ClientPolicy, ServerPool
+from eyas.backends.reasons import BackendError
 from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.cli import app
-from eyas.evaluate.served import first_divergence, lossless_report, served_metrics
+from eyas.errors import RefusedError
+from eyas.evaluate.served import (
+    _spec_counters,
+    first_divergence,
+    lossless_report,
+    served_metrics,
+)
 from eyas.testing.fake_sglang import FakeSGLang
 from eyas.testing.server import fake_sglang_server, fake_vllm_server
 
@@ -203,3 +212,44 @@ def test_divergence_fails_only_beyond_what_the_baseline_shows_between_its_own_ru
     worse = lossless_report(list(base), {**spec, "a": [0]}, base, again)
     assert worse["lossless"] is False and sorted(worse["mismatches"]) == ["a", "c", "d"]
     assert first_divergence([1, 2], [1, 2]) is None and first_divergence([1], [1, 2]) == 1
+
+
+class _CountersBackend:
+    """A vLLM backend whose /metrics read fails `failures` times with `reason`, then answers."""
+
+    name, lossy, url = "vllm", False, "http://127.0.0.1:9"
+
+    def __init__(self, failures: int, reason: str = "connection_error"):
+        self.failures, self.reason, self.reads = failures, reason, 0
+
+    async def spec_metrics(self):
+        self.reads += 1
+        if self.reads <= self.failures:
+            raise BackendError(self.reason, "Cannot connect to host")
+        return {"present": True, "drafts": 1.0, "accepted_per_pos": [1.0]}
+
+
+def _counter_pool(backend) -> ServerPool:
+    return ServerPool([backend], ClientPolicy(concurrency=1, max_attempts=2, backoff_s=0.01))
+
+
+def test_counters_unreadable_after_retries_stop_the_run_as_a_dead_server_does():
+    """A server killed between two datasets is first met by the counters read: it stops the
+    run with `servers_failing`, the last reason and the retries named, as a request would."""
+    pool = _counter_pool(backend := _CountersBackend(failures=5))
+    with pytest.raises(RefusedError) as exc:
+        asyncio.run(_spec_counters(pool))
+    assert exc.value.reason == "servers_failing"
+    assert "(last: connection_error)" in str(exc.value)
+    assert "retried: {'connection_error': 1}" in str(exc.value)
+    assert backend.reads == 2  # max_attempts, no more
+
+
+def test_counters_read_is_retried_and_a_permanent_answer_is_not():
+    pool = _counter_pool(backend := _CountersBackend(failures=1))
+    assert asyncio.run(_spec_counters(pool))["drafts"] == 1.0
+    assert backend.reads == 2 and pool.retry_reasons == {"connection_error": 1}
+    pool = _counter_pool(backend := _CountersBackend(failures=5, reason="http_error"))
+    with pytest.raises(RefusedError) as exc:
+        asyncio.run(_spec_counters(pool))
+    assert exc.value.reason == "http_error" and backend.reads == 1

@@ -247,12 +247,7 @@ async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
     total: dict[str, Any] = defaultdict(float)
     per_pos: list[float] = []
     for backend in pool.backends:
-        try:
-            snap = await backend.spec_metrics()
-        except BackendError as exc:
-            raise RefusedError(
-                exc.reason, f"reading the spec-decode counters of {backend.url}: {exc.detail}"
-            ) from exc
+        snap = await _read_counters(pool, backend)
         if not snap["present"]:
             raise EyasError(
                 "no_speculation",
@@ -265,6 +260,34 @@ async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
             elif key != "present":
                 total[key] += value
     return {**total, "accepted_per_pos": per_pos}
+
+
+async def _read_counters(pool: ServerPool, backend: Any) -> dict[str, Any]:
+    """One server's counters, retried under the pool's policy like a request: a server that
+    dies between two datasets stops the run as one that dies mid-request does
+    (`servers_failing`, the reason and the retries named), not with a bare error."""
+    policy = pool.policy
+    for attempt in range(1, policy.max_attempts + 1):
+        try:
+            return await backend.spec_metrics()
+        except BackendError as exc:
+            if not exc.retryable:
+                raise RefusedError(
+                    exc.reason, f"reading the spec-decode counters of {backend.url}: {exc.detail}"
+                ) from exc
+            last = exc
+            if attempt < policy.max_attempts:
+                pool.retries += 1
+                pool.retry_reasons[exc.reason] += 1
+                await asyncio.sleep(
+                    min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
+                )
+    raise RefusedError(
+        "servers_failing",
+        f"served evaluation stopped: reading the spec-decode counters of {backend.url} failed "
+        f"after {policy.max_attempts} attempts (last: {last.reason}); retried: "
+        f"{dict(pool.retry_reasons)}; {last.detail}",
+    )
 
 
 async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: bool) -> _Run:
