@@ -208,14 +208,27 @@ def vllm_capture(toy: str) -> str:
     eyas("capture", *common, "--out", local, "--backend", "local", "--dtype", "float32")
     rows_gpu, _ = read_capture_index(gpu)
     rows_local = {r.id: r for r in read_capture_index(local)[0]}
-    reader, worst = StateReader(), 0.0
+    reader, per_position = StateReader(), []
     for row in rows_gpu:
         got, want = reader.read(row).float(), reader.read(rows_local[row.id]).float()
         scale = want.abs().amax(dim=(0, 2), keepdim=True).clamp_min(1e-6)
-        worst = max(worst, float(((got - want).abs() / scale).max()))
-    assert rows_gpu and worst < 0.05, f"states differ by {worst:.3g} of a layer's scale"
+        per_position.append(((got - want).abs() / scale).amax(dim=(1, 2)))  # [T]
+    assert rows_gpu, "no sample captured"
+    dev = torch.cat(per_position)
+    median, beyond = float(dev.median()), float((dev > 0.05).float().mean())
+    # a wrong layer or a misread file puts every position far off (median ~ 1 of the scale);
+    # bf16 rounding flips a MoE router's top-k at a few positions (the Kimi toy on vLLM CPU:
+    # median 0.003, 0.8% of positions beyond 0.05, the worst 0.13), so the median and the
+    # share of such positions are judged, not the single worst one
+    assert median < 0.02 and beyond <= 0.02, (
+        f"states differ from transformers' fp32: median {median:.3g} of a layer's scale, "
+        f"{beyond:.1%} of positions beyond 0.05"
+    )
     dtype = "bf16" if torch.cuda.is_available() else "the CPU engine's dtype"
-    return f"{len(rows_gpu)} samples, worst deviation {worst:.2e} of a layer's scale ({dtype})"
+    return (
+        f"{len(rows_gpu)} samples, {len(dev)} positions: median deviation {median:.2e} of a "
+        f"layer's scale, {beyond:.1%} beyond 0.05, worst {float(dev.max()):.2e} ({dtype})"
+    )
 
 
 # -- SGLang -------------------------------------------------------------------------------------
