@@ -204,27 +204,11 @@ def test_vllm_rounds_sum_counters_and_the_baseline_answers_the_same_prompts(
 
 
 def random_drafter_dir(target, path):
-    from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
+    from test_speculative import random_drafter
+
     from eyas.train.checkpoint import save_drafter
 
-    torch.manual_seed(0)
-    c = target.config
-    vocab = target.get_output_embeddings().weight.shape[0]
-    cfg = Eagle3Config(
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        vocab_size=vocab,
-        draft_vocab_size=vocab,
-        target_hidden_size=c.hidden_size,
-        aux_layer_ids=[1, 2, 3],
-    )
-    model = Eagle3Drafter(cfg).eval()
-    with torch.no_grad():
-        model.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-        model.t2d.fill_(True)
-    save_drafter(model, path, {})
+    save_drafter(random_drafter(target), path, {})
     return path
 
 
