@@ -3,12 +3,20 @@
     make quickstart        # or: eyas quickstart [--out runs/quickstart] [--rows 40]
 
 1. build (or reuse) the toy `small` Kimi-format target;
-2. write the eight toy source datasets in their original formats;
+2. write the eight toy source datasets in their original formats (training and held-out rows);
 3. prepare (convert + render natively) and generate with the in-process backend;
-4. audit the run and write an HTML report;
+4. audit the run (per-sample defects are quarantined; training skips them);
 5. the experiment behind eyas: render B1 the naive way (tool schemas pasted as JSON into the
-   system prompt), generate and audit it too, and show that the audit fails it on
-   `tool-format` while the native run passes.
+   system prompt), generate and audit it too: the audit fails it on `tool-format` while the
+   native run passes;
+6. train the EAGLE-3 drafter on all native data, export it for SGLang and vLLM (validated);
+7. measure acceptance per dataset on held-out native prompts (lossless speculative decoding);
+8. the A/B: two B1 drafters, trained on the native and on the naive rendering, both measured
+   on native prompts.
+
+It writes `OUT/report.html` (the audit, then acceptance per dataset and per position and the
+A/B as charts), `OUT/eval.json`, and exits 0 when the structural outcome holds
+(`quickstart_failures`).
 """
 
 from __future__ import annotations
