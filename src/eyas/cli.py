@@ -399,6 +399,7 @@ def capture(cfg: CaptureConfig) -> None:
     "include_quarantined",
     "include_truncated",
     "fsdp",
+    "log_to",
     "trust_remote_code",
 )
 def train(cfg: TrainConfig) -> None:

@@ -384,6 +384,11 @@ class TrainConfig(_Strict):
     )
     device: str | None = Field(None, description="cuda when available, else cpu")
     fsdp: bool = Field(False, description="FSDP2 under torchrun; DDP otherwise")
+    log_to: list[Literal["tensorboard", "wandb", "mlflow", "none"]] | None = Field(
+        None,
+        description="training curves besides metrics.jsonl (default: tensorboard when "
+        "installed); wandb and mlflow read their settings from their environment variables",
+    )
     trust_remote_code: bool = False
 
     @field_validator("method")
