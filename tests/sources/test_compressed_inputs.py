@@ -17,7 +17,7 @@ from eyas.errors import EyasError
 from eyas.jsonl import compression_of, read_jsonl
 from eyas.sources import read_rows
 from eyas.store import load_table
-from eyas.store.files import read_rendered
+from eyas.store.files import read_rendered, sidecar
 
 ROWS = [{"id": f"r{i}", "prompt_ids": [1, 2, i], "output_ids": [3, i, 4]} for i in range(5)]
 
@@ -74,7 +74,9 @@ def test_every_jsonl_reader_reads_compressed_files(packed, tmp_path):
     assert list(read_rows(packed)) == ROWS
     table = load_table(packed)  # samples: what audit, capture, train and export read
     assert table.ids == [r["id"] for r in ROWS]
-    assert [table.sample(i).output_ids for i in range(len(table))] == [r["output_ids"] for r in ROWS]
+    assert [table.sample(i).output_ids for i in range(len(table))] == [
+        r["output_ids"] for r in ROWS
+    ]
     # rendered prompts, named directly or found in a folder beside an errors sidecar
     folder = tmp_path / "rendered"
     folder.mkdir()
@@ -82,6 +84,8 @@ def test_every_jsonl_reader_reads_compressed_files(packed, tmp_path):
     (folder / "rows.errors.jsonl.gz").write_bytes(gzip.compress(b'{"row": 1}\n'))
     for where in (packed, folder):
         assert [row["id"] for _, row in read_rendered(where)] == [r["id"] for r in ROWS]
+    # a compressed rendered file keeps its manifest (the fingerprints generate checks)
+    assert sidecar(folder / packed.name, ".manifest.json") == folder / "rows.manifest.json"
 
 
 def test_a_json_array_may_be_compressed(tmp_path):

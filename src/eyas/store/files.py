@@ -16,9 +16,10 @@ QUARANTINE_FIELDS = ("id", "dataset", "check", "severity", "reason")
 
 
 def sidecar(path: str | Path, suffix: str) -> Path:
-    """`out.jsonl` -> `out<suffix>` (e.g. `.errors.jsonl`, `.manifest.json`)."""
+    """`out.jsonl` (or a compressed `out.jsonl.gz`) -> `out<suffix>` (e.g. `.errors.jsonl`,
+    `.manifest.json`)."""
     path = Path(path)
-    return path.with_name(path.name.removesuffix(".jsonl") + suffix)
+    return path.with_name(plain_name(path).removesuffix(".jsonl") + suffix)
 
 
 def rendered_files(path: str | Path) -> list[Path]:
