@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -125,6 +126,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     ap.add_argument("--json", default="bench/results/local_generate.json")
     args = ap.parse_args()
+    load_start = os.getloadavg()
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = args.model or smollm2_dir()
@@ -177,6 +179,8 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "local_generate",
+                "command": "bench/bench_local_generate.py " + " ".join(sys.argv[1:]),
+                "load_average": {"start": load_start, "end": os.getloadavg()},
                 "model": str(model_dir),
                 "prompts": len(prompts),
                 "max_new_tokens": args.max_new_tokens,

@@ -130,10 +130,12 @@ def _renderer(model: ModelConfig):
 @schema_flags(ConvertConfig, Arg("input"), Arg("output"), "format", "dataset")
 def convert(cfg: ConvertConfig) -> None:
     """Convert a source dataset to canonical conversations with structured tools."""
+    from eyas.jsonl import plain_name
     from eyas.sources.run import convert_file, errors_path
 
     output = cfg.output
-    result = convert_file(cfg.input, output, cfg.format, cfg.dataset or cfg.input.stem)
+    dataset = cfg.dataset or Path(plain_name(cfg.input)).stem  # x.jsonl.gz -> x
+    result = convert_file(cfg.input, output, cfg.format, dataset)
     chosen = f"{result.format} (detected)" if result.detected else result.format
     console.print(f"format: {chosen}")
     console.print(
@@ -388,12 +390,16 @@ def capture(cfg: CaptureConfig) -> None:
     "max_len",
     "length_policy",
     "lr",
+    "warmup_steps",
     "batch_tokens",
+    "grad_accum",
+    "aux_layers",
     "chunk_len",
     "quarantine",
     "include_quarantined",
     "include_truncated",
     "fsdp",
+    "log_to",
     "trust_remote_code",
 )
 def train(cfg: TrainConfig) -> None:

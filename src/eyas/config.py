@@ -331,9 +331,11 @@ class TrainConfig(_Strict):
     )
     include_quarantined: bool = Field(False, description="train on quarantined samples too")
     batch_tokens: int = Field(8192, ge=8, description="padded tokens per micro-batch")
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
     lr: float = Field(1e-4, gt=0, description="peak learning rate")
-    warmup_steps: int = Field(20, ge=0)
+    warmup_steps: int = Field(
+        20, ge=0, description="linear warmup steps, then cosine decay to min_lr_ratio x lr"
+    )
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     clip: float = Field(0.5, gt=0)
@@ -382,6 +384,11 @@ class TrainConfig(_Strict):
     )
     device: str | None = Field(None, description="cuda when available, else cpu")
     fsdp: bool = Field(False, description="FSDP2 under torchrun; DDP otherwise")
+    log_to: list[Literal["tensorboard", "wandb", "mlflow", "none"]] | None = Field(
+        None,
+        description="training curves besides metrics.jsonl (default: tensorboard when "
+        "installed); wandb and mlflow read their settings from their environment variables",
+    )
     trust_remote_code: bool = False
 
     @field_validator("method")

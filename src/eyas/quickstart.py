@@ -3,12 +3,20 @@
     make quickstart        # or: eyas quickstart [--out runs/quickstart] [--rows 40]
 
 1. build (or reuse) the toy `small` Kimi-format target;
-2. write the eight toy source datasets in their original formats;
+2. write the eight toy source datasets in their original formats (training and held-out rows);
 3. prepare (convert + render natively) and generate with the in-process backend;
-4. audit the run and write an HTML report;
+4. audit the run (per-sample defects are quarantined; training skips them);
 5. the experiment behind eyas: render B1 the naive way (tool schemas pasted as JSON into the
-   system prompt), generate and audit it too, and show that the audit fails it on
-   `tool-format` while the native run passes.
+   system prompt), generate and audit it too: the audit fails it on `tool-format` while the
+   native run passes;
+6. train the EAGLE-3 drafter on all native data, export it for SGLang and vLLM (validated);
+7. measure acceptance per dataset on held-out native prompts (lossless speculative decoding);
+8. the A/B: two B1 drafters, trained on the native and on the naive rendering, both measured
+   on native prompts.
+
+It writes `OUT/report.html` (the audit, then acceptance per dataset and per position and the
+A/B as charts), `OUT/eval.json`, and exits 0 when the structural outcome holds
+(`quickstart_failures`).
 """
 
 from __future__ import annotations
@@ -90,6 +98,11 @@ def naive_b1(native_prepare: Path, renderer: Renderer, out: Path) -> Path:
 
 
 def _eval_html(evals: dict[str, dict], ab: dict[str, dict]) -> str:
+    """The quickstart's half of the report: acceptance per dataset and per position, and the
+    A/B, each as a chart (inline SVG) beside its table."""
+    from eyas.evaluate.plots import acceptance_bars, charts_row, position_bars
+    from eyas.evaluate.report import acceptance_charts
+
     rows = []
     names = sorted({n for e in evals.values() for n in e["datasets"]})
     for name in names:
@@ -105,13 +118,27 @@ def _eval_html(evals: dict[str, dict], ab: dict[str, dict]) -> str:
         f"<td>{' '.join(f'{p:.2f}' for p in r['per_position'])}</td></tr>"
         for n, r in ab.items()
     )
+    trained_on = {"b1_native": "trained on native data", "b1_naive": "trained on naive data"}
+    ab_charts = charts_row(
+        acceptance_bars(
+            {trained_on.get(n, n): r["acceptance_length"] for n, r in ab.items()},
+            k,
+            "B1 acceptance length on native prompts",
+        ),
+        position_bars(
+            {trained_on.get(n, n): r["per_position"] for n, r in ab.items()},
+            "B1 acceptance per draft position",
+        ),
+    )
     return (
         f"<h2>Acceptance length (chain K={k}, temperature 0, lossless="
         f"{evals['native']['lossless']})</h2><p>tokens per target verify step, bonus included "
-        "(SGLang's definition)</p><table><tr><th>dataset</th><th>acceptance_length</th>"
+        f"(SGLang's definition)</p>{acceptance_charts(evals['native'])}"
+        "<table><tr><th>dataset</th><th>acceptance_length</th>"
         f"<th>mean_accepted_drafts</th><th>per position</th></tr>{''.join(rows)}</table>"
         "<h2>B1 drafter A/B: trained on native vs naive (JSON in system prompt) rendering, "
-        "both evaluated on native prompts</h2><table><tr><th>drafter</th>"
+        f"both evaluated on native prompts</h2>{ab_charts}"
+        "<table><tr><th>drafter</th>"
         f"<th>acceptance_length</th><th>per position</th></tr>{ab_rows}</table>"
     )
 
@@ -235,7 +262,7 @@ def run_quickstart(
         skip = quarantined if name == "b1_native" else set()
         data = _b1_only(stage, out / "drafters" / f"{name}.samples.jsonl", skip)
         ab[name] = evaluate(train(data, name, ab_steps), b1_eval, None)
-    report = write_html(native, out / "report.html", _eval_html(evals, ab))
+    report = write_html(native, out / "report.html", _eval_html(evals, ab), title=REPORT_TITLE)
     (out / "eval.json").write_text(json.dumps({"native": evals["native"], "ab": ab}, indent=2))
 
     table = Table(
@@ -300,6 +327,7 @@ def run_quickstart(
     }
 
 
+REPORT_TITLE = "eyas quickstart: audit, acceptance and the native-vs-naive A/B"
 AB_MARGIN = 0.5  # tokens per verify step; measured margins are near 2 (README)
 
 

@@ -72,9 +72,24 @@ def test_the_embedding_output_has_no_sglang_id():
 
 
 def test_vllm_ids_are_the_hf_index():
-    assert vllm.to_vllm_layer_ids([2, 30, 58]) == [2, 30, 58]
-    assert vllm_captures({"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}) == [2, 30, 58]
-    assert vllm.from_vllm_layer_ids([2, 30, 58]) == [2, 30, 58]
+    """The ids eyas writes, run through vLLM's layer loop (`llama.py` `LlamaModel.forward`:
+    `_maybe_add_hidden_state(aux, self.start_layer, ...)` before the first layer, then
+    `_maybe_add_hidden_state(aux, idx + 1, ...)` after layer idx), capture HF
+    `hidden_states[hf]` (the embedding output is HF index 0, layer i's output index i + 1)."""
+
+    def vllm_layer_loop(ids: list[int], num_layers: int) -> list[int]:
+        captured = [0] if 0 in ids else []  # start_layer 0: the embedding output
+        for idx in range(num_layers):
+            if idx + 1 in ids:
+                captured.append(idx + 1)  # HF index of layer idx's output
+        return captured
+
+    for hf in ([2, 30, 58], [0, 1, 61], [3, 7, 11]):
+        written = vllm.to_vllm_layer_ids(hf)
+        assert vllm_layer_loop(vllm_captures({vllm.AUX_IDS_KEY: written}), 61) == hf
+        nested = {"eagle_config": {vllm.AUX_IDS_KEY: written}}
+        assert vllm_layer_loop(vllm_captures(nested), 61) == hf
+        assert vllm.from_vllm_layer_ids(written) == hf
 
 
 def test_third_party_sglang_kimi_drafter_is_read_in_hf_terms():

@@ -83,7 +83,19 @@ def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_sampl
     assert [m["loss"] for m in logged] == pytest.approx(
         [reference[s] for s in range(1, 7)], rel=1e-6
     )
-    assert all(m["acceptance_estimate"] >= 1.0 for m in logged)
+    # accuracies resume too, and the estimate is 1 + Σ_k Π_{j<=k} acc_j of the logged ones
+    uninterrupted = {
+        m["step"]: m
+        for m in map(json.loads, (tmp_path / "full" / "metrics.jsonl").read_text().splitlines())
+    }
+    for m in logged:
+        assert m["per_step_acc"] == pytest.approx(uninterrupted[m["step"]]["per_step_acc"])
+        implied, run = 1.0, 1.0
+        for acc in m["per_step_acc"]:
+            run *= acc
+            implied += run
+        assert m["acceptance_estimate"] == pytest.approx(implied, abs=1e-4)
+    assert any(m["acceptance_estimate"] > 1.0 for m in logged)  # some drafts were right
     assert [m.get("checkpoint", False) for m in logged] == [False, False, True, False, False, True]
 
 

@@ -115,8 +115,11 @@ def _finish_bars(finishes: dict[str, int]) -> str:
     return f'<div class="bar">{parts}</div>'
 
 
-def write_html(result: AuditResult, path: str | Path, extra_html: str = "") -> Path:
-    """The report; `extra_html` (already escaped) is appended, e.g. the quickstart's eval."""
+def write_html(
+    result: AuditResult, path: str | Path, extra_html: str = "", title: str = "eyas audit"
+) -> Path:
+    """The report; `extra_html` (already escaped) is appended, e.g. the quickstart's eval,
+    and `title` names the page (the quickstart's report is more than an audit)."""
     data = result.to_dict()
     rows = []
     for f in result.findings:
@@ -141,7 +144,7 @@ def write_html(result: AuditResult, path: str | Path, extra_html: str = "") -> P
             f"<p>quarantined: {d['quarantined_share']:.1%}</p></div>"
         )
     verdict = html.escape(verdict_line(result))
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>eyas audit</title>
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:24px;color:#222}}
 table{{border-collapse:collapse;width:100%;font-size:13px}}
@@ -152,7 +155,7 @@ tr.error td{{background:#fde8e8}} tr.warning td{{background:#fff6dd}} tr.info td
 .bar div{{overflow:hidden;white-space:nowrap;padding-left:2px}}
 h1 small,h3 small{{color:#888;font-weight:normal}}
 </style></head><body>
-<h1>eyas audit <small>{html.escape(data["input"])}</small></h1>
+<h1>{html.escape(title)} <small>{html.escape(data["input"])}</small></h1>
 <p><b>{verdict}</b> · {data["num_samples"]} samples · profile {html.escape(data["profile"])} ·
 eyas {data["eyas_version"]}</p>
 <h2>Datasets</h2><div class="cards">{"".join(cards)}</div>

@@ -1,10 +1,13 @@
-"""The eval result as a model-card table (text rows and an HTML page)."""
+"""The eval result as a model-card table (text rows) and an HTML page with the acceptance
+charts (`eyas.evaluate.plots`: inline SVG, the page opens offline)."""
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
 from typing import Any
+
+from eyas.evaluate.plots import acceptance_bars, charts_row, position_bars
 
 
 def _al(value: float | None) -> str:
@@ -58,6 +61,7 @@ def write_eval_html(result: dict[str, Any], path: str | Path) -> Path:
         for name, d in result.get("datasets", {}).items()
     ]
     parts.append("<h2>Per dataset (your configuration)</h2>")
+    parts.append(acceptance_charts(result))
     parts.append(_table(header, rows))
     page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>eyas eval</title><style>'
@@ -69,6 +73,21 @@ def write_eval_html(result: dict[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     return path
+
+
+def acceptance_charts(result: dict[str, Any]) -> str:
+    """Acceptance length per dataset and acceptance per draft position, as charts."""
+    datasets = {n: d for n, d in result.get("datasets", {}).items() if d.get("verify_steps", 1)}
+    k = int(result.get("settings", {}).get("k") or 0) or max(
+        (len(d.get("per_position") or []) for d in datasets.values()), default=1
+    )
+    lengths = {n: d["acceptance_length"] for n, d in datasets.items() if "acceptance_length" in d}
+    total = result.get("acceptance_length") if len(lengths) > 1 else None
+    positions = {n: d["per_position"] for n, d in datasets.items() if d.get("per_position")}
+    return charts_row(
+        acceptance_bars(lengths, k, "acceptance length per dataset", total),
+        position_bars(positions, "acceptance per draft position"),
+    )
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

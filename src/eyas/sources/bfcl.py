@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from eyas.jsonl import read_jsonl
 from eyas.sources.common import ConversionError, Draft
 from eyas.tools.schema import ToolParseError, as_openai_tool
 
@@ -120,11 +121,7 @@ def _language(category: str) -> str:
 def _load_docs(folder: Path, name: str, cache: dict[str, list[dict] | None]) -> list[dict] | None:
     if name not in cache:
         path = folder / FUNC_DOC_FILES.get(name, f"{name}.json")
-        cache[name] = (
-            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.is_file()
-            else None
-        )
+        cache[name] = list(read_jsonl(path)) if path.is_file() else None
     return cache[name]
 
 

@@ -1,4 +1,5 @@
-"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders.
+"""Read source rows from JSONL, JSON arrays, Parquet and `datasets.save_to_disk` folders;
+JSONL and JSON arrays may be gzip- or zstd-compressed (`eyas.jsonl.open_input`).
 
 pyarrow is imported when a Parquet or Arrow input is read: the command line imports the
 source registry (`eyas.sources.FORMATS`) for its choices and stays light.
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eyas.errors import EyasError
-from eyas.jsonl import read_json_object
+from eyas.jsonl import open_input, read_json_object
 from eyas.sources.common import ConversionError
 
 if TYPE_CHECKING:
@@ -67,11 +68,13 @@ def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
 
         yield from _arrow_rows(read_parquet(path))
         return
-    with path.open("rb") as f:
+    with open_input(path) as f:
         head = f.read(4096).lstrip()
     if head.startswith(b"["):
+        with open_input(path) as f:
+            text = f.read()
         try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
+            data = json.loads(text.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise SourceFileError(f"{path}: not UTF-8 text ({exc.reason})") from exc
         except json.JSONDecodeError as exc:
@@ -87,7 +90,7 @@ def read_rows(path: str | Path) -> Iterator[dict | ConversionError]:
                 )
             )
         return
-    with path.open("rb") as f:
+    with open_input(path) as f:
         for raw in f:
             if not raw.strip():
                 continue

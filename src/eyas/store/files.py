@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from eyas.jsonl import parse_line, read_jsonl, require_file
+from eyas.jsonl import open_input, parse_line, plain_name, read_jsonl, require_file
 from eyas.records import Conversation, RecordError
 
 QUARANTINE_NAME = "quarantine.jsonl"
@@ -16,9 +16,10 @@ QUARANTINE_FIELDS = ("id", "dataset", "check", "severity", "reason")
 
 
 def sidecar(path: str | Path, suffix: str) -> Path:
-    """`out.jsonl` -> `out<suffix>` (e.g. `.errors.jsonl`, `.manifest.json`)."""
+    """`out.jsonl` (or a compressed `out.jsonl.gz`) -> `out<suffix>` (e.g. `.errors.jsonl`,
+    `.manifest.json`)."""
     path = Path(path)
-    return path.with_name(path.name.removesuffix(".jsonl") + suffix)
+    return path.with_name(plain_name(path).removesuffix(".jsonl") + suffix)
 
 
 def rendered_files(path: str | Path) -> list[Path]:
@@ -32,8 +33,10 @@ def rendered_files(path: str | Path) -> list[Path]:
     root = path / "rendered" if (path / "rendered").is_dir() else path
     files = sorted(
         p
-        for p in root.glob("*.jsonl")
-        if not p.name.endswith("errors.jsonl") and not p.name.endswith(QUARANTINE_NAME)
+        for pattern in ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst")
+        for p in root.glob(pattern)
+        if not plain_name(p).endswith("errors.jsonl")
+        and not plain_name(p).endswith(QUARANTINE_NAME)
     )
     if not files:
         raise RecordError("no_input", f"no rendered .jsonl files in {path} (run eyas prepare)")
@@ -45,7 +48,7 @@ def read_rendered(path: str | Path, *, conversations: bool = False) -> Iterator[
     list of ids), and with `conversations` be a whole conversation (`Conversation.from_dict`)."""
     for file in rendered_files(path):
         require_file(file, "rendered JSONL file")
-        with file.open("rb") as f:
+        with open_input(file) as f:
             for k, line in enumerate(f, 1):
                 if not line.strip():
                     continue

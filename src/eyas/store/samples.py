@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.errors import unreadable
-from eyas.jsonl import parse_line, read_json_object, require_file
+from eyas.jsonl import open_input, parse_line, read_json_object, require_file
 from eyas.records import RecordError, Sample
 
 
@@ -257,7 +257,7 @@ def _ids_lists(
 def _from_jsonl(path: Path) -> SampleTable:
     require_file(path, "sample file")
     rows, lines = [], []
-    with path.open("rb") as f:
+    with open_input(path) as f:
         for k, line in enumerate(f, 1):
             if not line.strip():
                 continue

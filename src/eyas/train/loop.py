@@ -59,7 +59,7 @@ from eyas.train.data import (
     load_sequences,
     make_batches,
 )
-from eyas.train.metrics import acceptance_estimate, truncate_metrics
+from eyas.train.metrics import MetricsWriter, acceptance_estimate, truncate_metrics
 from eyas.train.target import CapturedTarget, OnlineTarget
 
 
@@ -384,7 +384,7 @@ class Trainer:
         }
 
     def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        metrics_path = self.cfg.out / "metrics.jsonl"
+        metrics = MetricsWriter(self.cfg, self.step, self.rank)  # + TensorBoard, W&B, MLflow
         history = []
         start = time.time()
         while self.step < self.cfg.steps:
@@ -394,9 +394,7 @@ class Trainer:
             if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
                 m["checkpoint"] = True
             history.append(m)
-            if self.rank == 0:
-                with metrics_path.open("a") as f:
-                    f.write(json.dumps(m) + "\n")
+            metrics.write(m)
             if on_step:
                 on_step(m)
             if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:

@@ -1,10 +1,16 @@
-"""`OUT/metrics.jsonl`: one row per optimizer step, one curve even across resumes."""
+"""`OUT/metrics.jsonl`: one row per optimizer step, one curve even across resumes; the same
+rows go to the curve loggers (`eyas.train.loggers`: TensorBoard when installed, W&B, MLflow)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eyas.config import TrainConfig
 
 
 def acceptance_estimate(per_step_acc: list[float]) -> float:
@@ -39,3 +45,41 @@ def truncate_metrics(path: Path, step: int) -> int:
         tmp.write_text("".join(line + "\n" for line in keep))
         os.replace(tmp, path)
     return len(rows) - len(keep)
+
+
+class MetricsWriter:
+    """Rank 0 appends each step's row to `OUT/metrics.jsonl` and hands it to the curve loggers
+    (a logger asked for whose package is missing fails here, before the first step); other
+    ranks write nothing."""
+
+    def __init__(self, cfg: TrainConfig, first_step: int, rank: int = 0):
+        from eyas.train.loggers import open_loggers
+
+        self.cfg, self.active = cfg, rank == 0
+        self.path = cfg.out / "metrics.jsonl"
+        self.last_elapsed = 0.0
+        self.loggers = []
+        if self.active:
+            config = json.loads(cfg.model_dump_json())
+            self.loggers = open_loggers(cfg.log_to, cfg.out, first_step + 1, config)
+            atexit.register(self.close)  # a killed or failed run still flushes what it logged
+
+    def write(self, row: dict) -> None:
+        if not self.active:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.loggers:
+            from eyas.train.loggers import curves
+
+            scalars = curves(row, row["elapsed_s"] - self.last_elapsed)
+            for logger in self.loggers:
+                logger.log(row["step"], scalars)
+        self.last_elapsed = row["elapsed_s"]
+        if row["step"] >= self.cfg.steps:
+            self.close()
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+        self.loggers = []
