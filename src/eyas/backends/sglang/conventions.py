@@ -138,7 +138,9 @@ def captured_layers(layer_ids: list[int], rule: str, *, since_first_id: bool = T
     return [int(i) + LAYER_ID_OFFSET for i in layer_ids]
 
 
-def to_sglang_layer_ids(hf_ids: list[int], target_architectures: list[str] | None = None) -> list[int]:
+def to_sglang_layer_ids(
+    hf_ids: list[int], target_architectures: list[str] | None = None
+) -> list[int]:
     """The ids to write into an SGLang config so that SGLang captures `hf_ids` under every
     version's rule for this target, or a refusal saying why none exists."""
     out = [int(i) - LAYER_ID_OFFSET for i in hf_ids]
