@@ -82,7 +82,11 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
     vocab = build_vocab_mapping(counts, cfg.draft_vocab) if m.uses_draft_vocab() else {}
     vocab["mask_token_id"] = target.vocab_size - 1
     dcfg = m.build_config(
-        target=target, train_cfg=cfg, aux_layers=aux, vocab=vocab, max_positions=target.context_length
+        target=target,
+        train_cfg=cfg,
+        aux_layers=aux,
+        vocab=vocab,
+        max_positions=target.context_length,
     )
     torch.manual_seed(seed)
     model = m.build_model(dcfg).eval()

@@ -91,7 +91,9 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
 
 def test_an_unsorted_aux_layer_list_is_served_as_trained(shapes, tmp_path, vllm_python):
     """`--aux-layers 3,1,2`: both engines fuse captured states in layer order."""
-    _, meta, problems = _parity(shapes["toy_tiny"], "eagle3", tmp_path, vllm_python, aux_layers=[3, 1, 2])
+    _, meta, problems = _parity(
+        shapes["toy_tiny"], "eagle3", tmp_path, vllm_python, aux_layers=[3, 1, 2]
+    )
     assert problems == [] and meta["aux_layers"] == [1, 2, 3]
 
 
@@ -110,7 +112,9 @@ def test_z_labs_dflash_layout_is_served_as_trained_by_vllm_too(shapes, tmp_path,
     model = build_drafter(shape, "dflash", tmp_path)
     built = Built(model, export(model, shape, "sglang", tmp_path), shape, "dflash", "sglang")
     inputs = inputs_for(shape, model)
-    spec = vllm_specs(built, inputs, tmp_path / "probe", num_speculative_tokens=model.config.block_size - 1)
+    spec = vllm_specs(
+        built, inputs, tmp_path / "probe", num_speculative_tokens=model.config.block_size - 1
+    )
     meta, theirs = run_vllm(vllm_python, spec, tmp_path / "probe")
     assert meta["aux_layers"] == model.config.aux_layer_ids
     assert mismatches(SIDES["dflash"](model, inputs), theirs, inputs["rope_positions"]) == []
@@ -124,7 +128,9 @@ def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(shapes, tmp_pa
     model = build_drafter(shape, "eagle3", tmp_path)
     built = Built(model, export(model, shape, "sglang", tmp_path), shape, "eagle3", "sglang")
     inputs = inputs_for(shape, model)
-    meta, theirs = run_vllm(vllm_python, vllm_specs(built, inputs, tmp_path / "probe"), tmp_path / "probe")
+    meta, theirs = run_vllm(
+        vllm_python, vllm_specs(built, inputs, tmp_path / "probe"), tmp_path / "probe"
+    )
     assert meta["aux_layers"] == [i - 1 for i in model.config.aux_layer_ids]
     problems = mismatches(SIDES["eagle3"](model, inputs), theirs, inputs["rope_positions"])
     assert any(p.startswith("fc_input") for p in problems)

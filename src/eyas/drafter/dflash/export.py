@@ -87,11 +87,13 @@ def speculators_config(
 def zlab_config(d: DFlashConfig, target: TargetModel | None) -> dict:
     """z-lab's layout: what SGLang's `parse_dflash_draft_config` reads (target ids count layer
     outputs: HF index - 1, to which `set_dflash_layers_to_capture` adds one)."""
+    # SGLang's `parse_dflash_draft_config` refuses a num_target_layers below 1: unknown is absent
+    depth = d.target_num_layers or (target.num_layers if target is not None else 0)
     return {
         "architectures": [sglang.DFLASH_ARCHITECTURE],
         **qwen3_fields(d, target),
         "block_size": d.block_size,
-        "num_target_layers": d.target_num_layers,
+        **({"num_target_layers": depth} if depth else {}),
         sglang.DFLASH_CONFIG_KEY: {
             sglang.DFLASH_MASK_KEY: d.mask_token_id,
             sglang.DFLASH_TARGET_LAYERS_KEY: sglang.to_sglang_layer_ids(d.aux_layer_ids),
