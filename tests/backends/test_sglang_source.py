@@ -138,7 +138,6 @@ def test_sglang_parses_the_exported_dflash_config(version, tmp_path):
     """z-lab's layout as eyas writes it, through `parse_dflash_draft_config` and the target's
     `set_dflash_layers_to_capture` (+ 1): the trained HF layers, block and mask token."""
     from drafter.test_dflash import tiny
-
     from eyas.export.drafter import export_drafter
     from eyas.jsonl import read_json_object
     from eyas.train.checkpoint import save_drafter

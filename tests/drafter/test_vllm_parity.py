@@ -20,8 +20,19 @@ import shutil
 
 import pytest
 import torch
-from engine_parity import SIDES, Built, Shape, build_drafter, export, inputs_for, mismatches
-from engine_parity import run_vllm, side_of, vllm_specs
+from engine_parity import (
+    SIDES,
+    Built,
+    Shape,
+    build_drafter,
+    export,
+    inputs_for,
+    mismatches,
+    run_vllm,
+    side_of,
+    vllm_specs,
+)
+
 from test_real_kimi_layout import KIMI_K25_CONFIG
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -121,7 +121,8 @@ PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(open(spec_path).read())
+    with open(spec_path) as f:
+        spec = json.load(f)
     torch.manual_seed(0)
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
