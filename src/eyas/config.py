@@ -322,7 +322,13 @@ class TrainConfig(_Strict):
     out: Path = Field(description="output directory")
     steps: int = Field(1000, ge=1, description="optimizer steps")
     ttt: int = Field(7, ge=1, description="training-time-test steps")
-    draft_vocab: int = Field(32000, ge=2, description="draft vocabulary size")
+    draft_vocab: int | None = Field(
+        None,
+        ge=2,
+        description="draft vocabulary size (default: 32000, or the full vocabulary when the "
+        "target's has at most 65536 tokens or 32000 would cover under 99% of the supervised "
+        "tokens)",
+    )
     max_len: int | None = Field(
         None, ge=8, description="longest trained sequence (default: the target's context length)"
     )

@@ -31,7 +31,7 @@ unconditionally (0.5.23 too) and refuses to run without explicit ids.
 
 from __future__ import annotations
 
-from eyas.errors import EyasError
+from eyas.errors import EyasError, RefusedError
 
 # `layers_to_capture = [val + 1 for val in layer_ids]` (see the module docstring)
 LAYER_ID_OFFSET = 1
@@ -151,7 +151,7 @@ def to_sglang_layer_ids(
             "captures layer outputs only",
         )
     if capture_rule(target_architectures) == FIRST_ID and out and out[0] != 1:
-        raise EyasError(
+        raise RefusedError(
             "sglang_layer_ids_ambiguous",
             f"HF layers {list(hf_ids)} cannot be written for SGLang on this target: its model "
             f"(deepseek_v2.py, which serves {sorted(set(target_architectures or []))}) adds one "
