@@ -254,6 +254,10 @@ class DraftMethod(ABC):
         """Keys that engine versions would read differently (the validator's rule)."""
         return []
 
+    def aux_layer_rule(self, config: dict) -> str | None:
+        """How `exported_aux_layers` read the config's layer ids, when there was a choice."""
+        return None
+
     def complete_weights(
         self, weights: dict[str, torch.Tensor], config: Any, folder: Path, target_dir: Any
     ) -> dict[str, torch.Tensor]:

@@ -175,6 +175,7 @@ def check_export(
         "tensors": len(weights),
         "draft_vocab_size": dv,
         "aux_layers_hf": aux,
+        "aux_layer_rule": method.aux_layer_rule(cfg),
         "max_position_embeddings": mpe,
         "embedding_checked": embedding is not None and "embed_tokens.weight" in weights,
         "method": (cfg.get("eyas") or {}).get("method") or method.name,
