@@ -111,7 +111,7 @@ def export(model, shape: Shape, fmt: str, tmp: Path) -> Path:
 
 def inputs_for(shape: Shape, model, seed: int = 1) -> dict[str, torch.Tensor]:
     """Token ids, positions and one state per target layer (`state.{i}` = HF
-    `hidden_states[i]`), the rotary positions to compare, and DFlash's bonus token."""
+    `hidden_states[i]`, i = 0..N), the rotary positions to compare, and DFlash's bonus token."""
     target = target_model(shape.target)
     gen = torch.Generator().manual_seed(seed)
     t = shape.seq_len
@@ -121,7 +121,7 @@ def inputs_for(shape: Shape, model, seed: int = 1) -> dict[str, torch.Tensor]:
         "rope_positions": torch.tensor(shape.rope_positions),
         "bonus": torch.tensor(int(torch.randint(0, target.vocab_size - 1, (1,), generator=gen))),
     }
-    for i in range(1, target.num_layers):
+    for i in range(target.num_layers + 1):  # all of them: a misread layout may ask for any
         out[f"state.{i}"] = torch.randn(t, target.hidden_size, generator=gen)
     return out
 
