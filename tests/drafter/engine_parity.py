@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from eyas.config import TrainConfig
 from eyas.drafter.registry import get_method
-from eyas.drafter.vocab import build_vocab_mapping
+from eyas.drafter.vocab import choose_draft_vocab
 from eyas.export.drafter import export_drafter
 from eyas.hf_models import target_model
 from eyas.train.checkpoint import save_drafter
@@ -79,7 +79,7 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
     m.check_aux_layers(aux, target.num_layers)
     gen = torch.Generator().manual_seed(seed)
     counts = torch.randint(0, 50, (target.vocab_size,), generator=gen)
-    vocab = build_vocab_mapping(counts, cfg.draft_vocab) if m.uses_draft_vocab() else {}
+    vocab = choose_draft_vocab(counts, cfg.draft_vocab) if m.uses_draft_vocab() else {}
     vocab["mask_token_id"] = target.vocab_size - 1
     dcfg = m.build_config(
         target=target,

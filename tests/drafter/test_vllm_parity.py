@@ -58,12 +58,20 @@ def kimi_real(tmp_path_factory, kimi_toy):
 @pytest.fixture(scope="module")
 def shapes(toy_tiny, kimi_toy, kimi_real):
     return {
-        "toy_tiny": Shape("toy_tiny", toy_tiny),
-        "kimi_toy": Shape("kimi_toy", kimi_toy, language_model_only=True),
+        # a reduced draft vocabulary (d2t with gaps) wherever the method has one
+        "toy_tiny": Shape("toy_tiny", toy_tiny, train={"draft_vocab": 400}),
+        "kimi_toy": Shape(
+            "kimi_toy", kimi_toy, train={"draft_vocab": 400}, language_model_only=True
+        ),
         "kimi_real": Shape(
             "kimi_real",
             kimi_real,
-            train={"num_attention_heads": 2, "head_dim": 128, "intermediate_size": 512},
+            train={
+                "num_attention_heads": 2,
+                "head_dim": 128,
+                "intermediate_size": 512,
+                "draft_vocab": 32000,
+            },
             language_model_only=True,
             rope_positions=(0, 1, 7, 4095, 4096, 65536, 262143),
         ),
