@@ -233,19 +233,23 @@ def test_eyas_sglang_ids_are_right_under_both_rules_or_refused():
         assert err.value.reason == "sglang_layer_ids_ambiguous" and "0.5.13" in err.value.detail
 
 
-def test_export_check_engine_refuses_the_other_engines_layout(tmp_path, trained_drafter):
+def test_export_check_engine_refuses_the_other_engines_layout(tmp_path):
     """vLLM's registry maps `LlamaForCausalLMEagle3` to `Eagle3LlamaForCausalLM` and reads the
     `eagle_config` ids as the HF index (vllm `registry.py`, `eagle3_utils.py`
     `get_eagle3_aux_layers_from_config`): an SGLang export loaded by vLLM is one layer off
     (shown by vLLM's own classes in test_vllm_parity.py). SGLang loads no speculators config."""
     from typer.testing import CliRunner
 
+    from drafter.test_eagle3 import tiny
+
     from eyas.cli import app
     from eyas.export.drafter import export_drafter
     from eyas.export.validate import ExportError, check_export
+    from eyas.train.checkpoint import save_drafter
 
-    sg = export_drafter(trained_drafter, "sglang", tmp_path / "sglang")
-    vl = export_drafter(trained_drafter, "vllm", tmp_path / "vllm")
+    save_drafter(tiny(False), tmp_path / "d", {})  # fuses HF 1, 2, 3
+    sg = export_drafter(tmp_path / "d", "sglang", tmp_path / "sglang")
+    vl = export_drafter(tmp_path / "d", "vllm", tmp_path / "vllm")
     assert json.loads((sg / "config.json").read_text())["eyas"]["engine"] == "sglang"
     assert json.loads((vl / "config.json").read_text())["eyas"]["engine"] == "vllm"
     assert check_export(sg, engine="sglang")["layout"] == "sglang"
