@@ -48,7 +48,7 @@ def sizes_for(vocab: int) -> list[tuple[str, int]]:
     return [(f"{s // 1000}k", max(2, round(s * scale))) for s in SIZES] + [("full", vocab)]
 
 
-def run_target(name: str, target: Path, out: Path, args) -> dict:
+def run_target(name: str, target: Path, out: Path, args, on_size=None) -> dict:
     vocab = target_model(target).vocab_size
     data, eval_dir = _data(target, out / "data", args.rows, args.max_new_tokens)
     prompts = load_prompts(eval_dir, args.limit)
@@ -68,9 +68,14 @@ def run_target(name: str, target: Path, out: Path, args) -> dict:
             warmup_steps=max(1, args.steps // 10),
             checkpoint_every=10**6,
         )
-        start = time.perf_counter()
-        drafter = run_train(cfg, log=lambda s: None)
-        train_s = time.perf_counter() - start
+        timing = cfg.out / "bench_train_seconds.json"
+        if timing.exists():  # trained by an earlier, interrupted run of this benchmark
+            drafter, train_s = cfg.out / "drafter", json.loads(timing.read_text())
+        else:
+            start = time.perf_counter()
+            drafter = run_train(cfg, log=lambda s: None)
+            train_s = time.perf_counter() - start
+            timing.write_text(json.dumps(train_s))
         saved = read_json_object(drafter / "drafter_config.json")
         offline = _offline(target, drafter, prompts, args.k, args.eval_max_new_tokens)
         rows[label] = {
@@ -83,6 +88,8 @@ def run_target(name: str, target: Path, out: Path, args) -> dict:
             "head_parameters": saved["draft_vocab_size"] * saved["hidden_size"],
         }
         print(f"{name:10} {label:5} {rows[label]}", flush=True)
+        if on_size is not None:
+            on_size({"target": str(target), "vocab_size": vocab, "sizes": rows})
     return {"target": str(target), "vocab_size": vocab, "sizes": rows}
 
 
@@ -111,7 +118,33 @@ def main() -> None:
         else:
             cache = Path(os.environ.get("EYAS_CACHE", Path.home() / ".cache/eyas"))
             targets[name] = cache / "smollm2-135m-instruct" / "model"
-    results = {n: run_target(n, t, args.out / n, args) for n, t in targets.items()}
+    results: dict[str, dict] = {}
+
+    def write() -> None:  # after every size: an interrupted run keeps what it measured
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(["bench/bench_draft_vocab.py", *sys.argv[1:]]),
+                    "settings": {k: str(v) for k, v in vars(args).items()},
+                    "machine": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "loadavg_before": load_before,
+                    "loadavg_after": os.getloadavg(),
+                    "note": "sizes of a target measured one after another in one process: "
+                    "compare ratios within a target; the Kimi toy's 8k/32k are scaled to its "
+                    "1,024-token vocabulary (the same shares of Kimi-K2.5's 163,840)",
+                    "results": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
+    for n, t in targets.items():
+        results[n] = run_target(
+            n, t, args.out / n, args, lambda r, n=n: (results.update({n: r}), write())
+        )
     print(f"\n{'target':10} {'size':5} {'vocab':>7} {'AL':>6} {'train s/step':>13} {'draft ms':>9}")
     for name, res in results.items():
         for label, r in res["sizes"].items():
@@ -119,25 +152,7 @@ def main() -> None:
                 f"{name:10} {label:5} {r['draft_vocab_size']:>7} {r['acceptance_length']:>6} "
                 f"{r['train_s_per_step']:>13} {r['drafter_ms_per_verify_step']:>9}"
             )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "command": " ".join(["bench/bench_draft_vocab.py", *sys.argv[1:]]),
-                "settings": {k: str(v) for k, v in vars(args).items()},
-                "machine": platform.platform(),
-                "cpus": os.cpu_count(),
-                "loadavg_before": load_before,
-                "loadavg_after": os.getloadavg(),
-                "note": "sizes of a target measured one after another in one process: compare "
-                "ratios within a target; the Kimi toy's 8k/32k are scaled to its 1,024-token "
-                "vocabulary (the same shares of Kimi-K2.5's 163,840)",
-                "results": results,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write()
 
 
 if __name__ == "__main__":
