@@ -12,6 +12,7 @@ this CPU-only machine): only code that needs none of them can run, and what runs
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 import types
@@ -26,6 +27,7 @@ REAL = ("__future__", "math", "functools", "logging", "typing", "dataclasses", "
 REAL += ("numbers", "itertools", "torch", "enum", "re", "os", "copy")
 
 
+@functools.cache
 def source_dir() -> Path:
     out = subprocess.run(
         ["bash", str(ROOT / "tools" / "sglang_src.sh"), sys.executable],
