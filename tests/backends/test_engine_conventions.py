@@ -241,7 +241,6 @@ def test_export_check_engine_refuses_the_other_engines_layout(tmp_path):
     from typer.testing import CliRunner
 
     from drafter.test_eagle3 import tiny
-
     from eyas.cli import app
     from eyas.export.drafter import export_drafter
     from eyas.export.validate import ExportError, check_export
