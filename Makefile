@@ -21,6 +21,9 @@ test: $(STAMP)
 	bash tools/bench_data.sh $(BIN)/python  # benchmark prompt sets into $$EYAS_CACHE (once)
 	# the real target of the `real` tier: fetched and converted once, cached under $$EYAS_CACHE
 	bash tools/smollm2.sh $(BIN)/python
+	# SGLang's own rope/layer-id/DFlash-config sources (two wheels, unpacked in part) for the
+	# contract tests that run them on CPU
+	bash tools/sglang_src.sh $(BIN)/python
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)

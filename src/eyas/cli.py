@@ -475,13 +475,17 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
 
 @export_app.command("check")
 @_user_errors
-@schema_flags(ExportCheckConfig, Arg("path"), "target")
+@schema_flags(ExportCheckConfig, Arg("path"), "target", "engine")
 def export_check_cmd(cfg: ExportCheckConfig) -> None:
-    """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions)."""
+    """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions;
+    with --engine, that this engine reads its layout as the drafter was trained)."""
     from eyas.export.validate import check_export
 
     _given_target(cfg.target)
-    console.print(check_export(cfg.path, cfg.target))
+    summary = check_export(cfg.path, cfg.target, cfg.engine)
+    for warning in summary.get("warnings", []):
+        console.print(f"warning: {warning}")
+    console.print(summary)
 
 
 @export_app.command("samples")

@@ -284,6 +284,12 @@ class PipelineConfig(_Strict):
 # -- train ---------------------------------------------------------------------------------------
 
 
+def _engine_layer_order(layers: list[int] | None) -> list[int] | None:
+    """Fused layers in the order SGLang and vLLM fuse them, layer order (they append each
+    captured state as the layer loop reaches it): `--aux-layers 58,2,30` means 2, 30, 58."""
+    return sorted(layers) if layers else layers
+
+
 class TrainConfig(_Strict):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
     7 TTT steps with weights 0.8^k)."""
@@ -316,7 +322,13 @@ class TrainConfig(_Strict):
     out: Path = Field(description="output directory")
     steps: int = Field(1000, ge=1, description="optimizer steps")
     ttt: int = Field(7, ge=1, description="training-time-test steps")
-    draft_vocab: int = Field(32000, ge=2, description="draft vocabulary size")
+    draft_vocab: int | None = Field(
+        None,
+        ge=2,
+        description="draft vocabulary size (default: 32000, or the full vocabulary when the "
+        "target's has at most 65536 tokens or 32000 would cover under 99% of the supervised "
+        "tokens)",
+    )
     max_len: int | None = Field(
         None, ge=8, description="longest trained sequence (default: the target's context length)"
     )
@@ -391,6 +403,11 @@ class TrainConfig(_Strict):
     )
     trust_remote_code: bool = False
 
+    @field_validator("aux_layers")
+    @classmethod
+    def _aux_order(cls, value: list[int] | None) -> list[int] | None:
+        return _engine_layer_order(value)
+
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
@@ -463,6 +480,11 @@ class CaptureConfig(_Strict):
     force: bool = Field(False, description="capture even when the disk looks too small")
     limit: int | None = Field(None, ge=1, description="capture at most this many samples")
     trust_remote_code: bool = False
+
+    @field_validator("aux_layers")
+    @classmethod
+    def _aux_order(cls, value: list[int] | None) -> list[int] | None:
+        return _engine_layer_order(value)
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
@@ -680,6 +702,9 @@ class ExportCheckConfig(_Strict):
 
     path: Path = Field(description="an exported drafter directory")
     target: Path | None = Field(None, description="target dir (default: from the export)")
+    engine: ExportFormat | None = Field(
+        None, description="the engine that will load it: refuse or warn on the other's layout"
+    )
 
 
 class ExportSamplesConfig(_Strict):

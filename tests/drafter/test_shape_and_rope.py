@@ -12,7 +12,13 @@ from eyas.drafter.dflash.export import speculators_config as dflash_speculators
 from eyas.drafter.dflash.export import zlab_config
 from eyas.drafter.eagle3.export import sglang_config, speculators_config
 from eyas.drafter.registry import get_method
-from eyas.drafter.rope import Rotary, inv_freq_and_mscale, rope_config_fields
+from eyas.drafter.rope import (
+    Rotary,
+    engine_magnitudes,
+    inv_freq_and_mscale,
+    portable_rope_scaling,
+    rope_config_fields,
+)
 from eyas.hf_models import target_model
 from test_real_kimi_layout import KIMI_K25_CONFIG
 from train_helpers import toy_train_config
@@ -69,8 +75,12 @@ def test_the_kimi_k25_drafter_config(kimi, method):
     for layout in layouts:
         layer = layout.get("transformer_layer_config") or layout
         assert layer["head_dim"] == 128 and layer["num_attention_heads"] == 64
-        assert layer["rope_theta"] == 50000.0 and layer["rope_scaling"] == d.rope_scaling
+        assert layer["rope_theta"] == 50000.0
+        assert layer["rope_scaling"] == portable_rope_scaling(d.rope_scaling)
         assert "rope_parameters" not in layer  # beside rope_theta, transformers 5 drops it
+        # Kimi's mscale pair trains at 1.0 (transformers); every engine serves 1.0 too
+        assert set(engine_magnitudes(layer["rope_scaling"]).values()) == {1.0}
+        assert "mscale" not in layer["rope_scaling"]
 
 
 def test_explicit_shape_wins_and_kernel_sized_heads_stay(kimi, tmp_path):
@@ -126,6 +136,23 @@ def test_yarn_matches_transformers_and_the_engines_maths():
         inv, mscale = inv_freq_and_mscale(128, 50000.0, scaling)
         assert torch.allclose(inv, inv_hf.float(), rtol=1e-5), scaling
         assert math.isclose(mscale, attention, rel_tol=1e-6), scaling
+        # the exported form: the same rotation for transformers, and for every engine rule
+        portable = portable_rope_scaling(scaling)
+        hf.rope_parameters = {**portable, "rope_theta": 50000.0}
+        inv_p, attention_p = ROPE_INIT_FUNCTIONS["yarn"](hf, "cpu")
+        assert torch.allclose(inv_p, inv_hf) and math.isclose(attention_p, attention)
+        for rule, value in engine_magnitudes(portable).items():
+            assert math.isclose(value, mscale, rel_tol=1e-9), (rule, scaling)
+
+
+def test_the_engines_disagree_on_kimis_rope_keys_as_written():
+    """Kimi-K2.5's own `rope_scaling` (mscale 1, mscale_all_dim 1, factor 64): 1.0 for
+    transformers and vLLM >= 0.30, 0.1 ln 64 + 1 = 1.416 for vLLM <= 0.28 and SGLang <= 0.5.15
+    (vLLM issue #48621): why the export rewrites it."""
+    seen = engine_magnitudes(YARN)
+    assert seen["transformers"] == seen["vllm>=0.30"] == seen["sglang>=0.5.16"] == 1.0
+    assert math.isclose(seen["vllm<=0.28"], 0.1 * math.log(64) + 1)
+    assert math.isclose(seen["sglang<=0.5.15"], 1.4158883, rel_tol=1e-6)
 
 
 def test_plain_rope_is_the_llama_rotation():

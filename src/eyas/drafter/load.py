@@ -7,6 +7,12 @@
   `norm_output`, z-lab's `DFlashDraftModel`, speculators `dflash`): the method whose loader
   reads the config reads it from the format's documented keys, and fills in what the layout
   leaves to the engine (the target's embedding, DFlash's head) from the target.
+
+Fused target layers are always returned in HF `hidden_states` terms, in the engines' (layer)
+order. A third-party SGLang config's ids are read by the convention they imply
+(`eyas.backends.sglang.conventions.read_layer_ids`: a first id of 0 or 1 names layer outputs,
+2 or more the HF index, SGLang PR #25454), and the drafter config's `extra["aux_layer_rule"]`
+says which was chosen (`eyas eval` and `eyas export check` print it).
 """
 
 from __future__ import annotations

@@ -77,9 +77,17 @@ def row_seed(seed: int, position: int, seq_id: str) -> int:
 
 
 def check_layer_ids(aux_layers: list[int], num_layers: int, *, what: str) -> None:
-    """Distinct ids in 1..N-1: id N is post-norm in transformers but pre-norm in SGLang and
-    vLLM, so a drafter trained on it would be served a different tensor; id 0 is the bare
-    embedding."""
+    """Distinct ids in 1..N-1, in increasing order: id N is post-norm in transformers but
+    pre-norm in SGLang and vLLM, so a drafter trained on it would be served a different tensor;
+    id 0 is the bare embedding; both engines concatenate the captured states in layer order
+    (their layer loops append them as they run), so a drafter whose `fc` was trained on another
+    order is served its inputs permuted."""
+    if list(aux_layers) != sorted(aux_layers):
+        raise EyasError(
+            "bad_aux_layers",
+            f"aux layer ids {aux_layers}: {what} fuses them in layer order, as SGLang and vLLM "
+            f"capture them ({sorted(aux_layers)})",
+        )
     if len(set(aux_layers)) != len(aux_layers) or any(
         not 1 <= i <= num_layers - 1 for i in aux_layers
     ):
@@ -241,6 +249,14 @@ class DraftMethod(ABC):
     @abstractmethod
     def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
         """Tensor name -> shape an export of `config` must ship (the validator's rule)."""
+
+    def layout_problems(self, config: dict) -> list[str]:
+        """Keys that engine versions would read differently (the validator's rule)."""
+        return []
+
+    def aux_layer_rule(self, config: dict) -> str | None:
+        """How `exported_aux_layers` read the config's layer ids, when there was a choice."""
+        return None
 
     def complete_weights(
         self, weights: dict[str, torch.Tensor], config: Any, folder: Path, target_dir: Any

@@ -1,17 +1,32 @@
-"""The drafter's rotary embedding: plain RoPE or YaRN, the way the engines serve it.
+"""The drafter's rotary embedding: plain RoPE or YaRN, and the rope keys every engine reads alike.
 
 A drafter's positions are the target's positions, so its rope scaling follows the target's
-(`TargetModel.rope_scaling`: YaRN x64 over 4096 positions for Kimi-K2.5). Both engines build a
-Llama drafter's rope from the config's `rope_theta` and `rope_scaling` with the same YaRN
-maths: vLLM `vllm/model_executor/layers/rotary_embedding/__init__.py` `get_rope` (`"yarn"` ->
-`yarn_scaling_rope.py` `YaRNScalingRotaryEmbedding`, helpers in `common.py`) and SGLang
-`python/sglang/srt/layers/rotary_embedding.py` (the same class, adapted from vLLM). This module
-implements that maths, so a drafter trains and decodes with the rotation it is served with:
+(`TargetModel.rope_scaling`: YaRN x64 over 4096 positions for Kimi-K2.5). The frequencies are
+the same YaRN maths everywhere (transformers `modeling_rope_utils._compute_yarn_parameters`, vLLM
+`model_executor/layers/rotary_embedding/yarn_scaling_rope.py`, SGLang
+`srt/layers/rotary_embedding/yarn.py` or, up to 0.5.11, `srt/layers/rotary_embedding.py`):
 
     inv_freq = interp * (1 - m) + extrap * m,  m = 1 - ramp(low, high)   (per frequency pair)
     low, high = floor/ceil of d * ln(L0 / (beta * 2 pi)) / (2 ln theta) for beta_fast, beta_slow
-    cos, sin scaled by mscale = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
-    (or get_mscale(factor) when those are not both given), get_mscale(s, m) = 0.1 m ln s + 1
+
+The *magnitude* (cos and sin are multiplied by it, so attention logits by its square) is not:
+
+    transformers, vLLM >= 0.30   attention_factor, else get_mscale(f, mscale) /
+                                 get_mscale(f, mscale_all_dim) when both are set, else
+                                 get_mscale(f); `attn_factor` is not read
+    vLLM <= 0.28                 get_mscale(f) * attn_factor (mscale keys and attention_factor
+                                 are not passed by `get_rope`)
+    SGLang <= 0.5.15             get_mscale(f) * attn_factor (likewise)
+    SGLang >= 0.5.16             (the mscale ratio when both keys are set, else get_mscale(f))
+                                 * attn_factor; attention_factor is not read
+    get_mscale(s, m) = 0.1 m ln s + 1
+
+For Kimi-K2.5's `mscale: 1, mscale_all_dim: 1` at factor 64 that is 1.0 on the first and last
+rows and 1.416 on the middle two (vLLM issue #48621): the same config is served attention logits
+2x sharper on an older engine. eyas trains with transformers' magnitude and writes exports in the
+one form all four read alike (`portable_rope_scaling`): no `mscale`/`mscale_all_dim`, and both
+`attention_factor = M` and `attn_factor = M / get_mscale(f)`, so every rule above gives M.
+(`engine_magnitudes` restates each rule; the tests run the engines' own code against it.)
 
 Layout: Llama half-split (neox style), as both engines default to.
 """
@@ -47,6 +62,9 @@ def check_rope_scaling(scaling: dict[str, Any] | None) -> dict[str, Any] | None:
     for key in ("factor", "original_max_position_embeddings"):
         if key not in scaling:
             raise EyasError("unsupported_rope_scaling", f"yarn rope scaling without {key}")
+    if float(scaling.get("extrapolation_factor", 1.0)) != 1.0:
+        # read by SGLang and vLLM <= 0.28 only: no rope all engines serve alike
+        raise EyasError("unsupported_rope_scaling", "yarn with extrapolation_factor != 1")
     return scaling
 
 
@@ -56,6 +74,63 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
 
 def _correction_dim(rotations: float, dim: int, base: float, max_pos: int) -> float:
     return (dim * math.log(max_pos / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+
+def yarn_magnitude(scaling: dict[str, Any]) -> float:
+    """The cos/sin magnitude eyas trains with: transformers' (`attention_factor`, else the
+    `mscale` ratio, else get_mscale(f)), times `attn_factor` when the config has no
+    `attention_factor` (a config written for SGLang or an older vLLM, the engines that read it).
+    For eyas's own exports (`portable_rope_scaling`) every engine gives this value."""
+    factor = float(scaling["factor"])
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        base = _yarn_mscale(factor, float(scaling["mscale"])) / _yarn_mscale(
+            factor, float(scaling["mscale_all_dim"])
+        )
+    else:
+        base = _yarn_mscale(factor)
+    return float(base * float(scaling.get("attn_factor", 1.0)))
+
+
+def engine_magnitudes(scaling: dict[str, Any]) -> dict[str, float]:
+    """The magnitude each engine rule (module docstring) computes for a YaRN config."""
+    f = float(scaling["factor"])
+    simple = _yarn_mscale(f)
+    attn = float(scaling.get("attn_factor", 1.0))
+    m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if scaling.get("attention_factor") is not None:
+        hf = float(scaling["attention_factor"])
+    elif m and m_all:
+        hf = _yarn_mscale(f, float(m)) / _yarn_mscale(f, float(m_all))
+    else:
+        hf = simple
+    sglang_new = (
+        _yarn_mscale(f, float(m)) / _yarn_mscale(f, float(m_all))
+        if m is not None and m_all is not None
+        else simple
+    )
+    return {
+        "transformers": hf,
+        "vllm>=0.30": hf,
+        "vllm<=0.28": simple * attn,
+        "sglang<=0.5.15": simple * attn,
+        "sglang>=0.5.16": sglang_new * attn,
+    }
+
+
+def portable_rope_scaling(scaling: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`scaling` rewritten so that every engine computes the frequencies and the magnitude eyas
+    trained with (module docstring): the `mscale` pair replaced by `attention_factor` and
+    `attn_factor`."""
+    scaling = check_rope_scaling(scaling)
+    if scaling is None:
+        return None
+    magnitude = yarn_magnitude(scaling)
+    out = {k: v for k, v in scaling.items() if k not in ("mscale", "mscale_all_dim", "type")}
+    out["attention_factor"] = magnitude
+    out["attn_factor"] = magnitude / _yarn_mscale(float(scaling["factor"]))
+    return out
 
 
 def inv_freq_and_mscale(
@@ -82,15 +157,7 @@ def inv_freq_and_mscale(
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # 1: extrapolate (high frequencies), 0: interpolate
     inv_freq = (extrap / factor) * (1 - keep) + extrap * keep
-    if scaling.get("attention_factor") is not None:
-        mscale = float(scaling["attention_factor"])
-    elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        mscale = _yarn_mscale(factor, float(scaling["mscale"])) / _yarn_mscale(
-            factor, float(scaling["mscale_all_dim"])
-        )
-    else:
-        mscale = _yarn_mscale(factor)
-    return inv_freq, float(mscale)
+    return inv_freq, yarn_magnitude(scaling)
 
 
 class Rotary(torch.nn.Module):
@@ -115,15 +182,15 @@ class Rotary(torch.nn.Module):
 
 
 def rope_config_fields(theta: float, scaling: dict[str, Any] | None) -> dict[str, Any]:
-    """The keys a Llama-layer config carries for this rope, as both engines read them:
-    `rope_theta` and `rope_scaling` (SGLang `LlamaDecoderLayer`: `getattr(config,
-    "rope_scaling", None)`; transformers 5, which vLLM's config loader uses, standardises the
-    pair into `rope_parameters`). `rope_parameters` is not written beside them: transformers 5
-    given both drops `rope_theta`."""
+    """The keys a Llama/Qwen3-layer config carries for this rope, read alike by every engine:
+    `rope_theta` and `rope_scaling` in its portable form (`portable_rope_scaling`). SGLang's
+    layers read `config.rope_scaling` (transformers 5 aliases it to `rope_parameters`); vLLM's
+    config loader standardises the pair into `rope_parameters`. `rope_parameters` is not
+    written beside them: transformers 5 given both drops `rope_theta`."""
     fields: dict[str, Any] = {"rope_theta": float(theta)}
-    scaling = check_rope_scaling(scaling)
-    if scaling is not None:
-        fields["rope_scaling"] = scaling
+    portable = portable_rope_scaling(scaling)
+    if portable is not None:
+        fields["rope_scaling"] = portable
     return fields
 
 

@@ -40,3 +40,55 @@ def build_vocab_mapping(counts: torch.Tensor, draft_vocab_size: int) -> dict:
         "distinct_supervised_tokens": distinct,
         "coverage": round(float(counts[used].sum()) / total, 6) if total else 0.0,
     }
+
+
+# The default draft vocabulary (`eyas train` without --draft-vocab), chosen from the data:
+# DEFAULT_DRAFT_VOCAB tokens, unless the target's vocabulary is at most SMALL_TARGET_VOCAB
+# (a reduced head saves little there) or those tokens would cover less than MIN_COVERAGE of the
+# supervised tokens: a token outside the draft vocabulary is a certain rejection, so below 99%
+# at least one drafted position in a hundred is lost before the drafter is asked; then the full
+# vocabulary, as every published Kimi-K2.5 drafter keeps (TorchSpec configs).
+DEFAULT_DRAFT_VOCAB = 32000
+SMALL_TARGET_VOCAB = 65536
+MIN_COVERAGE = 0.99
+
+
+def coverage_at(counts: torch.Tensor, size: int) -> float:
+    """Share of the supervised tokens the `size` most frequent ones cover."""
+    total = int(counts.sum())
+    if not total:
+        return 0.0
+    return float(torch.topk(counts, min(size, len(counts))).values.sum()) / total
+
+
+def choose_draft_vocab(counts: torch.Tensor, requested: int | None) -> dict:
+    """`build_vocab_mapping` at the requested size, or at the default chosen from the data
+    (module constants); `why` says which and the coverage says what it costs."""
+    vocab_size = len(counts)
+    if requested is not None:
+        size, why = requested, f"--draft-vocab {requested}"
+    elif vocab_size <= SMALL_TARGET_VOCAB:
+        size, why = vocab_size, f"the target's vocabulary ({vocab_size}) is small: all of it"
+    elif coverage_at(counts, DEFAULT_DRAFT_VOCAB) < MIN_COVERAGE:
+        share = coverage_at(counts, DEFAULT_DRAFT_VOCAB)
+        size = vocab_size
+        why = (
+            f"{DEFAULT_DRAFT_VOCAB} tokens would cover {share:.2%} of the supervised tokens "
+            f"(< {MIN_COVERAGE:.0%}): the full vocabulary"
+        )
+    else:
+        size, why = DEFAULT_DRAFT_VOCAB, f"{DEFAULT_DRAFT_VOCAB} tokens cover >= {MIN_COVERAGE:.0%}"
+    mapping = build_vocab_mapping(counts, size)
+    if size >= vocab_size:  # the full vocabulary: every id, seen in the data or not
+        mapping.update(_identity(vocab_size))
+        mapping["coverage"] = 1.0 if int(counts.sum()) else 0.0
+    mapping["draft_vocab_choice"] = why
+    return mapping
+
+
+def _identity(vocab_size: int) -> dict:
+    return {
+        "d2t": torch.zeros(vocab_size, dtype=torch.long),
+        "t2d": torch.ones(vocab_size, dtype=torch.bool),
+        "draft_vocab_size": vocab_size,
+    }

@@ -72,6 +72,11 @@ def evaluate_offline(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     target = load_frozen_lm(cfg.target, device, torch.float32, cfg.trust_remote_code)
     drafter = load_drafter(cfg.drafter, device, target_dir=cfg.target)
+    rule = drafter.config.extra.get("aux_layer_rule")
+    log(
+        f"drafter fuses target layers (HF index) {drafter.config.aux_layer_ids}"
+        + (f": {rule}" if rule else "")
+    )
     stop = set(Renderer(cfg.target, trust_remote_code=cfg.trust_remote_code).stop_token_ids())
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     width = cfg.num_draft_tokens or cfg.k
@@ -116,4 +121,6 @@ def evaluate_offline(
         "outputs": rounds.outputs,
         "rounds": rounds.sizes,
         "method": drafter.config.method,
+        "aux_layers_hf": list(drafter.config.aux_layer_ids),
+        "aux_layer_rule": rule,
     }

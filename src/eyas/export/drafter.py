@@ -70,10 +70,15 @@ def export_drafter(
     target_path = Path(target_dir or meta.get("target_dir") or "")
     model = load_drafter(folder, "cpu", target_dir=target_dir or meta.get("target_dir"))
     method = method_of(model)
+    target = _target(target_path)
+    aux = list(model.config.aux_layer_ids)
+    # a drafter trained on another order than the engines' (earlier eyas kept --aux-layers as
+    # given) would be served its fused states permuted: refused, not exported
+    method.check_aux_layers(aux, target.num_layers if target else max(aux) + 1)
     config, tensors = method.export(
         fmt,
         model,
-        target=_target(target_path),
+        target=target,
         target_name=str(target_path),
         speculative_tokens=speculative_tokens,
     )

@@ -5,7 +5,8 @@ its layout (`DraftMethod.expected_tensors`); the validator checks their presence
 dtypes and values: a shipped embedding must equal the target's (random embeddings: bug class
 #50), d2t/t2d must agree, the fused layer ids must lie inside the target's depth and be the
 layers the drafter was trained on, and `max_position_embeddings` must cover the training
-data's p99 length (bug class #48).
+data's p99 length (bug class #48). With `engine`, the layout must be one that engine reads as
+trained (`cross_engine_problems`): eyas marks each export with the engine it is for.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from eyas.backends.sglang import conventions as sglang
+from eyas.backends.vllm import conventions as vllm
 from eyas.drafter.method import DrafterLoadError
 from eyas.drafter.registry import method_reading
 from eyas.errors import EyasError, RefusedError, unreadable
@@ -33,7 +36,44 @@ def _target_embedding(target: TargetModel) -> torch.Tensor | None:
     return target.load_tensors("embed")[0].get("embed")
 
 
-def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict:
+def layout_engine(cfg: dict) -> str:
+    """The engine a config's layout is for: speculators configs are vLLM's, the rest
+    (`LlamaForCausalLMEagle3`, z-lab's `DFlashDraftModel`) SGLang's."""
+    return "vllm" if cfg.get(vllm.SPECULATORS_TYPE_KEY) else "sglang"
+
+
+def cross_engine_problems(cfg: dict, engine: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of serving `cfg`'s layout on `engine`."""
+    layout = layout_engine(cfg)
+    marked = (cfg.get("eyas") or {}).get("engine")
+    if engine == layout:
+        return [], []
+    where = f"an {layout} layout" + (f" (eyas export for {marked})" if marked else "")
+    if engine == "sglang":
+        # SGLang registers neither Eagle3Speculator nor DFlashSpeculator (its model registry,
+        # python/sglang/srt/models/*.py `EntryClass`)
+        return [f"{where}: SGLang does not load speculators configs; export --format sglang"], []
+    if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:
+        # vLLM's registry maps LlamaForCausalLMEagle3 to Eagle3LlamaForCausalLM; its V1 model
+        # runner (`GPUModelRunner._get_eagle3_aux_layers_from_config`) reads eagle_config's
+        # ids as the HF index, its V2 runner (`eagle3_utils.get_eagle3_aux_layers_from_config`)
+        # not at all (the target's default layers instead); checked in vLLM 0.32
+        ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
+        return [
+            f"{where}: vLLM would capture HF layers {ids} (V1 runner) or the target's default "
+            "layers (V2 runner), not the layers SGLang reads these ids as; export --format vllm"
+        ], []
+    # z-lab's DFlash layout: vLLM adds one to dflash_config.target_layer_ids
+    # (`v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`, checked in vLLM 0.22 to 0.32)
+    return [], [
+        f"{where}: vLLM >= 0.22 reads dflash_config.target_layer_ids as SGLang does; an older "
+        "vLLM (before vllm#40727) fused them one layer off"
+    ]
+
+
+def check_export(
+    path: str | Path, target_dir: str | Path | None = None, engine: str | None = None
+) -> dict:
     """Return a summary, or raise ExportError listing every problem found."""
     path = Path(path)
     problems: list[str] = []
@@ -59,6 +99,12 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
     except DrafterLoadError as exc:
         raise ExportError([exc.detail]) from exc
     aux = method.exported_aux_layers(cfg)
+    problems += method.layout_problems(cfg)
+    warnings: list[str] = []
+    if engine is not None:
+        refused, warned = cross_engine_problems(cfg, engine)
+        problems += refused
+        warnings += warned
     layer = cfg.get("transformer_layer_config") or cfg
     h, v = layer.get("hidden_size"), layer.get("vocab_size")
     ht = cfg.get("target_hidden_size") or h
@@ -129,7 +175,10 @@ def check_export(path: str | Path, target_dir: str | Path | None = None) -> dict
         "tensors": len(weights),
         "draft_vocab_size": dv,
         "aux_layers_hf": aux,
+        "aux_layer_rule": method.aux_layer_rule(cfg),
         "max_position_embeddings": mpe,
         "embedding_checked": embedding is not None and "embed_tokens.weight" in weights,
         "method": (cfg.get("eyas") or {}).get("method") or method.name,
+        "layout": layout_engine(cfg),
+        "warnings": warnings,
     }

