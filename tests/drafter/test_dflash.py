@@ -245,3 +245,34 @@ def test_the_validator_catches_a_dflash_export_one_layer_off(tmp_path):
     with pytest.raises(ExportError) as err:
         check_export(sg)
     assert any("trained on" in p for p in err.value.problems)
+
+
+def test_the_mask_token_never_has_a_zero_embedding_row(toy_tiny):
+    """The toy's pad token (0) has a zero embedding row, as many checkpoints' pad rows are: as
+    the mask it would make every slot's query and key zero and all slots of a block equal. The
+    default skips it; a configured zero-row id is refused with a reason."""
+    from types import SimpleNamespace
+
+    from eyas.errors import EyasError
+    from eyas.hf_models import target_model
+
+    target = target_model(toy_tiny)
+    assert target.token_ids()["pad_token_id"] == 0
+    embed = target.load_tensors("embed")[0]["embed"].float()
+    assert float(embed[0].norm()) == 0.0  # the premise
+    method = get_method("dflash")
+    seqs = [SimpleNamespace(ids=list(range(1, 40)))]
+    chosen = method.mask_token_id(target, SimpleNamespace(mask_token_id=None), seqs)
+    assert chosen != 0 and float(embed[chosen].norm()) > 0 and chosen not in range(1, 40)
+    with pytest.raises(EyasError) as err:
+        method.mask_token_id(target, SimpleNamespace(mask_token_id=0), seqs)
+    assert err.value.reason == "mask_token_zero_embedding"
+    # with a zero mask row, a one-layer drafter's mask slots all compute the same state (deeper
+    # ones differ only by what RoPE makes of the first layer's identical outputs)
+    model = tiny(3, layers=1)
+    with torch.no_grad():
+        model.embed_tokens.weight[V - 1] = 0
+        ids, aux = torch.randint(0, V - 1, (1, 12)), torch.randn(1, 12, 2 * H)
+        states = model(ids, aux, torch.tensor([[6]]))
+    assert torch.allclose(states[0, 0, 1], states[0, 0, 2], atol=1e-5)
+    assert torch.allclose(states[0, 0, 1], states[0, 0, 3], atol=1e-5)

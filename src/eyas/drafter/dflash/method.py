@@ -59,23 +59,58 @@ class DFlashMethod(DraftMethod):
     def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
         """The configured id, else the target's pad token, else the highest id no training
         sequence contains (TorchSpec's Qwen3 DFlash config uses the pad token likewise). Its
-        embedding is the target's row, frozen like the rest."""
+        embedding is the target's row, frozen like the rest.
+
+        The row must not be zero (many checkpoints zero the pad row, as the toys do): a zero
+        mask embedding is zero after the input norm, so every mask slot's query and key are
+        zero: the first layer's attention is uniform and all mask slots of a block leave it
+        with the same state whatever their position (slot 1 sees only the context's mean;
+        later slots differ from it only by what RoPE makes of that in deeper layers)."""
         used = {t for s in seqs for t in s.ids}
+        rows = self._embedding_norms(target)
+        floor = 1e-3 * float(rows.median()) if rows is not None else 0.0
+
+        def usable(i: int) -> bool:
+            return rows is None or float(rows[i]) > floor
+
         if train_cfg.mask_token_id is not None:
-            if not 0 <= train_cfg.mask_token_id < target.vocab_size:
+            mask = int(train_cfg.mask_token_id)
+            if not 0 <= mask < target.vocab_size:
+                raise EyasError("bad_flag", f"mask_token_id {mask} is outside the vocab")
+            if not usable(mask):
                 raise EyasError(
-                    "bad_flag", f"mask_token_id {train_cfg.mask_token_id} is outside the vocab"
+                    "mask_token_zero_embedding",
+                    f"mask_token_id {mask} has a zero embedding row in the target: every block "
+                    "slot would compute the same state; pick a token with a trained row",
                 )
-            return int(train_cfg.mask_token_id)
+            return mask
         pad = target.token_ids().get("pad_token_id")
-        if isinstance(pad, int) and 0 <= pad < target.vocab_size and pad not in used:
+        if (
+            isinstance(pad, int)
+            and 0 <= pad < target.vocab_size
+            and pad not in used
+            and usable(pad)
+        ):
             return pad
-        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used]
+        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used and usable(i)]
         if not free:
             raise EyasError(
-                "no_mask_token", "every token id occurs in the data: pass --set mask_token_id=N"
+                "no_mask_token",
+                "every token id with a non-zero embedding occurs in the data: "
+                "pass --set mask_token_id=N",
             )
         return free[0]
+
+    @staticmethod
+    def _embedding_norms(target: TargetModel) -> torch.Tensor | None:
+        """The L2 norm of each row of the target's input embedding; None when the checkpoint
+        has no weights here (a config-only target)."""
+        try:
+            found, _ = target.load_tensors("embed")
+        except (OSError, EyasError):
+            return None
+        embed = found.get("embed")
+        return None if embed is None else embed.float().norm(dim=-1)
 
     def build_config(
         self,
