@@ -84,7 +84,9 @@ def sequences(setup: Setup) -> list[tuple[list[int], list[int]]]:
     lm = AutoModelForCausalLM.from_pretrained(setup.target, dtype=torch.float32).eval()
     out = []
     for i in range(setup.sequences):
-        prompt = PROMPTS[i % len(PROMPTS)] + (f" ({i // len(PROMPTS)})" if i >= len(PROMPTS) else "")
+        prompt = PROMPTS[i % len(PROMPTS)] + (
+            f" ({i // len(PROMPTS)})" if i >= len(PROMPTS) else ""
+        )
         ids = tok.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
         )
@@ -146,6 +148,10 @@ def eyas_side(setup: Setup, work: Path, seqs) -> tuple[dict, list[dict], dict]:
     peer: dict[str, torch.Tensor] = {}
     figures = []
     model.train()
+    seen: dict[str, torch.Tensor] = {}  # the last layer's output: before the final norm
+    last_layer.register_forward_hook(
+        lambda _m, _a, out: seen.setdefault("pre", out[0] if isinstance(out, tuple) else out)
+    )
     for s in range(setup.steps):
         rows = [(s * setup.rows + j) % len(seqs) for j in range(setup.rows)]
         t = max(len(seqs[r][0]) for r in rows)
@@ -154,14 +160,8 @@ def eyas_side(setup: Setup, work: Path, seqs) -> tuple[dict, list[dict], dict]:
         for j, r in enumerate(rows):
             n = len(seqs[r][0])
             ids[j, :n], sup[j, :n] = torch.tensor(seqs[r][0]), torch.tensor(seqs[r][1])
-        seen = {}
-        hook = last_layer.register_forward_hook(
-            lambda _m, _a, out: seen.setdefault("pre", out[0] if isinstance(out, tuple) else out)
-        )
-        try:
-            aux, final = online(ids, None)
-        finally:
-            hook.remove()
+        seen.clear()
+        aux, final = online(ids, None)
         prep = method.prepare(
             model, ids, sup, train_cfg=cfg, seeds=[setup.seed * 7919 + s * 131 + j for j in rows]
         )
@@ -214,7 +214,9 @@ def _weighted_entropy(teacher, sup, anchors, valid, bs, gamma) -> float:
     """Σ over trained slots of w · H(target distribution): soft CE − this = KL."""
     pos, mask = slot_targets(sup, anchors, valid, bs)
     with torch.no_grad():
-        hid = teacher.final.gather(1, pos.flatten(1)[..., None].expand(-1, -1, teacher.final.shape[-1]))
+        hid = teacher.final.gather(
+            1, pos.flatten(1)[..., None].expand(-1, -1, teacher.final.shape[-1])
+        )
         logp = torch.log_softmax(hid.float() @ teacher.head.float().t(), -1)
         ent = -(logp.exp() * logp).sum(-1).view_as(pos)
         w = slot_weights(ent, mask, weighting="decay", gamma=gamma, alpha=0.5)
@@ -267,7 +269,10 @@ def compare(ours: list[dict], theirs: list[dict]) -> dict:
         counts_equal &= a["total"] == b["total"]
         acc.append(
             max(
-                (abs(ca - cb) / max(n, 1) for ca, cb, n in zip(a["correct"], b["correct"], b["total"])),
+                (
+                    abs(ca - cb) / max(n, 1)
+                    for ca, cb, n in zip(a["correct"], b["correct"], b["total"])
+                ),
                 default=0.0,
             )
         )
@@ -282,7 +287,7 @@ def compare(ours: list[dict], theirs: list[dict]) -> dict:
 def run(setup: Setup, work: Path, spec_python: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     seqs = sequences(setup)
-    spec, ours, info = eyas_side(setup, work, seqs)
+    _, ours, info = eyas_side(setup, work, seqs)
     peer = peer_side(spec_python, work)
     return {
         "eyas": ours,

@@ -25,10 +25,9 @@ from safetensors.torch import load_file
 
 
 def build(spec: dict, init: dict):
-    from transformers import Qwen3Config
-
     from speculators.models.dflash import core
     from speculators.models.dflash.core import DFlashDraftModel
+    from transformers import Qwen3Config
 
     c = spec["config"]
     layer_cfg = Qwen3Config(
