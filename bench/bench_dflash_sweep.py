@@ -49,6 +49,8 @@ VARIANTS = {
     "gamma1": {"dflash_gamma": 1.0},
     "lr1e-3": {"lr": 1e-3},
     "lr1e-2": {"lr": 1e-2},
+    "aux3": {"aux_layers": [1, 2, 3]},  # EAGLE-3's three fused layers instead of z-lab's one
+    "aux3_layers2": {"aux_layers": [1, 2, 3], "draft_layers": 2},
 }
 
 
@@ -112,6 +114,11 @@ def main() -> None:
             flush=True,
         )
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        # variants run in separate invocations (`--only`) add to the file: re-read it first
+        if args.json.exists():
+            earlier = json.loads(args.json.read_text())
+            if earlier.get("base") == BASE:
+                rows = {**earlier["results"], **rows}
         args.json.write_text(
             json.dumps(
                 {
