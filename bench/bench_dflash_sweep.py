@@ -78,7 +78,7 @@ def main() -> None:
         cfg = TrainConfig(
             target=target,
             data=data,
-            out=args.out / name,
+            out=args.out / f"{name}-{args.steps}x{args.batch_tokens}",
             method="dflash",
             steps=args.steps,
             max_len=2048,
