@@ -185,17 +185,12 @@ class Engine:
     async def run(self, jobs: list[Job]) -> Stats:
         self.stats.total = len(jobs)
         shared = iter(jobs)
-        # enough workers to fill every server's ceiling; the pool holds them to its limits
-        capacity = sum(s.limit.maximum for s in self.pool.servers)
-        workers = [
-            asyncio.create_task(self._worker(shared)) for _ in range(min(capacity, len(jobs)))
-        ]
+        # enough workers to fill every server's ceiling (more as servers join from a url
+        # file); the pool holds them to its limits
         flusher = asyncio.create_task(self._flusher())
         try:
-            await asyncio.gather(*workers)
+            await self.pool.fill(lambda: self._worker(shared), len(jobs))
         finally:
             flusher.cancel()
-            for w in workers:
-                w.cancel()
             self.writer.flush()
         return self.stats
