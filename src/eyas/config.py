@@ -155,14 +155,20 @@ class BackendConfig(_Strict):
         None,
         ge=1,
         description="most requests in flight per server (default per engine: vllm and "
-        "openai_chat 256, sglang 64 prompts sent in calls of batch_size, local 16 per batch)",
+        "openai_chat and sglang 256, local 16 per batch)",
     )
     adaptive_concurrency: bool = Field(
         True,
         description="start low and raise the in-flight limit only while the server's measured "
         "throughput grows (never above concurrency); off: always concurrency",
     )
-    batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
+    batch_size: int = Field(
+        1,
+        ge=1,
+        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
+        "member is done, so with long-tailed outputs a batch holds finished slots idle "
+        "(docs/cluster-servers.md); 1 sends each prompt on its own",
+    )
     timeout_s: float = Field(
         600.0,
         gt=0,

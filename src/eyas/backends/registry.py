@@ -27,8 +27,9 @@ class Engine:
 
 
 ENGINES: dict[str, Engine] = {
-    # SGLang batches `batch_size` prompts per call: 64 calls in flight
-    "sglang": Engine("eyas.backends.sglang.client:SGLangBackend", 64),
+    # SGLang: one prompt per call by default (a batch is answered at its longest member);
+    # like vLLM, the adaptive limit finds what a given server sustains below this ceiling
+    "sglang": Engine("eyas.backends.sglang.client:SGLangBackend", 256),
     # vLLM schedules up to 256 sequences by default (measured on CPU: 512 in flight 1.7x
     # faster than 64); the adaptive limit finds what a given server sustains below this
     "vllm": Engine("eyas.backends.vllm.client:VLLMBackend", 256),
