@@ -35,7 +35,7 @@ Behaviour that matches SGLang's:
   `--service-s` seconds; the rest wait in the server's queue;
 - the latency model (`--token-s S`): each output is as long as a long-tailed draw allows
   (`--length-median 470 --length-sigma 1.2`: a lognormal, deterministic per prompt, cut at
-  `max_new_tokens`; mean 470 x exp(1.2^2/2) ~ 970 tokens, about 1 output in 200 past 10,000)
+  `max_new_tokens`; mean 470 x exp(1.2^2/2) ~ 970 tokens, about 1 output in 185 past 10,000)
   and decodes for S seconds a token in one of `--decode-slots N` sequence slots (queued
   until one is free; unlimited by default). A non-streaming batch is answered when its
   longest member is done, as SGLang's is (its tokenizer manager gathers the items). GET
