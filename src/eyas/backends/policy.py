@@ -402,16 +402,20 @@ class ServerPool:
             self._read_url_file()
 
     async def close(self) -> None:
-        tasks = [self._watcher] + [t for s in self.servers for t in (s.monitor, s.probe, s.joiner)]
-        for task in tasks:
-            if task is not None:
-                task.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         for s in self.servers:
-            for task in (s.monitor, s.probe, s.joiner):
+            for task in (s.monitor, s.probe):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if s.joiner is not None:  # its failure, if any, was ready()'s to raise
+                s.joiner.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await s.joiner
         for b in self.backends:
             await b.close()
 
@@ -500,9 +504,9 @@ class ServerPool:
 
     def _pick(self, now: float, avoid: _Server | None = None) -> _Server | None:
         up = [s for s in self.servers if s.joined and s.down_until <= now]
-        if avoid is not None and any(s is not avoid for s in up):
-            up = [s for s in up if s is not avoid]  # a retry goes to another server if any
         free = [s for s in up if s.outstanding < s.limit.value]
+        if avoid is not None and any(s is not avoid for s in free):
+            free = [s for s in free if s is not avoid]  # a retry prefers another server
         if not free:
             return None
         return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
