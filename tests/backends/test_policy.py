@@ -257,3 +257,35 @@ class _Fake:
 
     async def close(self):
         return None
+
+
+class _Up(_Fake):
+    async def ready(self, timeout_s):
+        return {"url": self.url}
+
+
+def test_fill_adds_workers_as_servers_join_and_a_cancelled_one_counts_as_returned():
+    from eyas.backends.policy import ServerPool
+
+    async def go():
+        pool = ServerPool([_Up("http://a:1")], ClientPolicy(concurrency=2), new_backend=_Up)
+        await pool.ready()
+        release, tasks = asyncio.Event(), []
+
+        async def worker():
+            await release.wait()
+
+        filling = asyncio.create_task(pool.fill(worker, 10, tasks))
+        await asyncio.sleep(0.01)
+        first = len(tasks)
+        pool.add_url("http://b:2")
+        await asyncio.sleep(0.01)
+        grown = len(tasks)
+        tasks[0].cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(filling, 5)  # returns: no CancelledError from the cancelled one
+        await pool.close()
+        return first, grown
+
+    assert asyncio.run(go()) == (2, 4)  # one server's ceiling, then two servers'

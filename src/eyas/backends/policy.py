@@ -304,10 +304,17 @@ class ServerPool:
         """The sum of every known server's in-flight ceiling (joined or not)."""
         return sum(s.limit.maximum for s in self.servers)
 
-    async def fill(self, worker: Callable[[], Awaitable[None]], jobs: int) -> None:
+    async def fill(
+        self,
+        worker: Callable[[], Awaitable[None]],
+        jobs: int,
+        tasks: list[asyncio.Task] | None = None,
+    ) -> None:
         """Run copies of `worker` (each draws from a shared queue of `jobs`) until all return:
-        enough to fill every server's ceiling, and more as servers are added."""
-        tasks: list[asyncio.Task] = []
+        enough to fill every server's ceiling, and more as servers are added. `tasks`, when
+        given, holds the workers as they start (a caller may cancel them: a cancelled worker
+        counts as returned)."""
+        tasks = [] if tasks is None else tasks
 
         def top_up() -> None:
             while len(tasks) < max(1, min(jobs, self.capacity)):
@@ -322,7 +329,7 @@ class ServerPool:
                 done, _ = await asyncio.wait([*pending, waiting], return_when="FIRST_COMPLETED")
                 waiting.cancel()
                 for t in done:
-                    if t is not waiting and t.exception() is not None:
+                    if t is not waiting and not t.cancelled() and t.exception() is not None:
                         raise t.exception()  # type: ignore[misc]
                 top_up()
         finally:

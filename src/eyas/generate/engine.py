@@ -79,6 +79,7 @@ class Engine:
         self.on_progress = on_progress
         self.stats = Stats()
         self.stop = pool.stop  # SIGINT and the pool's breaker stop the same run
+        self._workers: list[asyncio.Task] = []  # filled by the pool as workers start
 
     @property
     def stopped_reason(self) -> str | None:
@@ -189,7 +190,7 @@ class Engine:
         # file); the pool holds them to its limits
         flusher = asyncio.create_task(self._flusher())
         try:
-            await self.pool.fill(lambda: self._worker(shared), len(jobs))
+            await self.pool.fill(lambda: self._worker(shared), len(jobs), self._workers)
         finally:
             flusher.cancel()
             self.writer.flush()
