@@ -220,6 +220,7 @@ def test_no_server_answering_is_refused_within_ready_timeout(tmp_path):
     assert time.perf_counter() - start < 10
     assert exc.value.reason == "server_not_ready"
     assert all(url in str(exc.value) for url in dead)
+    assert "server_not_ready: " in str(exc.value) and "checks failed" in str(exc.value)
 
 
 def test_url_file_lines_are_read_and_bad_ones_counted(tmp_path):

@@ -194,6 +194,7 @@ class _Server:
         self.joined_after_s: float | None = None  # since the pool started, first join
         self.rejoins = 0  # taken out after dying, then probed back in
         self.not_ready: str | None = None  # the last readiness failure
+        self.not_ready_reasons: Counter = Counter()  # readiness failures by reason
         self.source = "url"  # url | url_file
         self.requests = 0  # requests this server answered
 
@@ -205,6 +206,7 @@ class _Server:
             "joined_after_s": self.joined_after_s,
             "rejoins": self.rejoins,
             "not_ready": None if self.joined else self.not_ready,
+            "not_ready_reasons": dict(self.not_ready_reasons),
             "requests": self.requests,
             "limit": self.limit.value,
             "limit_max": self.limit.maximum,
@@ -289,7 +291,11 @@ class ServerPool:
             )
             joined.cancel()
         if not self._any_joined.is_set():
-            tried = [f"{s.backend.url} ({s.not_ready or 'no answer'})" for s in self.servers]
+            tried = [
+                f"{s.backend.url} ({s.not_ready or 'no answer'}; "
+                f"{sum(s.not_ready_reasons.values())} checks failed)"
+                for s in self.servers
+            ]
             if self.url_file is not None:
                 tried.append(f"url file {self.url_file}: {len(self.servers)} URLs")
             raise BackendError(
@@ -365,10 +371,11 @@ class ServerPool:
         pool lives, then route requests to it."""
         while True:
             try:
-                info = await server.backend.ready(min(max(self.policy.ready_timeout_s, 1), 60))
+                info = await server.backend.ready(min(max(self.policy.ready_timeout_s, 1), 10))
                 break
             except BackendError as exc:
                 server.not_ready = f"{exc.reason}: {exc.detail}"
+                server.not_ready_reasons[exc.reason] += 1
                 if not getattr(server.backend, "remote", True):
                     raise  # an in-process engine that cannot load does not come later
             await asyncio.sleep(self.JOIN_RETRY_S)
