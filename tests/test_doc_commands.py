@@ -142,7 +142,12 @@ def problem(line: Line) -> str | None:
     """Why a command line does not parse, or None."""
     root = _cli()
     words = _usage_words(line.text) if line.inline else shlex.split(line.text)
-    words = words[1:]  # "eyas"
+    # drop "eyas", and `...` standing for "the options above" (not a placeholder value)
+    words = [
+        w
+        for i, w in enumerate(words)
+        if i > 0 and not (w in {"...", "…"} and not words[i - 1].startswith("-"))
+    ]
     cmd, path = root, ["eyas"]
     while hasattr(cmd, "commands"):  # a group: resolve its sub-command
         if not words or words[0].startswith("-"):
@@ -165,9 +170,11 @@ def problem(line: Line) -> str | None:
             if name not in known:
                 return f"`{' '.join(path)}` has no option {name}"
     try:
-        cmd.make_context(" ".join(path), list(words), resilient_parsing=True)
+        ctx = cmd.make_context(" ".join(path), list(words), resilient_parsing=True)
     except UsageError as e:
         return f"`{' '.join(path)}`: {e.format_message()}"
+    if ctx.args:  # resilient parsing keeps what no parameter took instead of failing
+        return f"`{' '.join(path)}` takes no argument {ctx.args[0]!r}"
     return None
 
 
@@ -196,7 +203,7 @@ def test_a_bad_option_is_named_with_its_file_and_line(tmp_path: Path) -> None:
         "```bash\n"
         "EYAS_CACHE=/c nice eyas export drafter --checkpoint DIR \\\n"
         "    --format vllm --no-such-flag 3   # a comment --bogus\n"
-        "eyas frobnicate --x && eyas show runs/x ID | head\n"
+        "eyas frobnicate --x && eyas show runs/x ID | head; eyas show a b c\n"
         "torchrun --nproc-per-node 8 -m eyas.cli train --config t.toml --warmup 3\n"
         "pip install eyas\n"
         "```\n"
@@ -211,6 +218,7 @@ def test_a_bad_option_is_named_with_its_file_and_line(tmp_path: Path) -> None:
         (3, False),
         (5, False),
         (5, False),
+        (5, False),
         (6, False),
     ]
     why = [problem(x) for x in found]
@@ -219,4 +227,5 @@ def test_a_bad_option_is_named_with_its_file_and_line(tmp_path: Path) -> None:
     assert why[2] == "`eyas export drafter` has no option --no-such-flag"
     assert why[3] == "`eyas` has no sub-command 'frobnicate'"
     assert why[4] is None
-    assert why[5] == "`eyas train` has no option --warmup"
+    assert why[5] == "`eyas show` takes no argument 'c'"
+    assert why[6] == "`eyas train` has no option --warmup"
