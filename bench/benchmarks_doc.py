@@ -835,7 +835,8 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
 
 
 def r_generic(stem: str, d: dict) -> Section:
-    """Any results file: its top-level scalars, and each top-level table-like list."""
+    """Any results file: its top-level scalars, then each top-level dict or list of dicts as
+    a table."""
     s = Section(stem.replace("_", " ").replace("-", " "), first_paragraph(script_of(stem, d)))
     skip = {
         "command",
@@ -856,17 +857,47 @@ def r_generic(stem: str, d: dict) -> Section:
     if scalars:
         s.lines += table(["figure", "value"], scalars)
     for key, value in d.items():
-        if key in skip or not isinstance(value, dict):
+        if key in skip:
             continue
-        flat = [[code(k), num(v)] for k, v in value.items() if not isinstance(v, dict | list)]
-        if flat:
-            s.lines += [f"`{key}`:", "", *table(["figure", "value"], flat)]
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            records = [{"": k, **flatten(v)} for k, v in value.items()]  # one row per key
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            records = [flatten(v) for v in value]
+        elif isinstance(value, dict):
+            flat = [[code(k), num(v)] for k, v in flatten(value).items()]
+            s.lines += [f"`{key}`:", "", *table(["figure", "value"], flat)] if flat else []
+            continue
+        else:
+            continue
+        columns = list(dict.fromkeys(c for r in records for c in r))
+        if len(columns) > GENERIC_COLUMNS:  # too wide to read: the JSON has the rest
+            columns = columns[:GENERIC_COLUMNS]
+        s.lines += [f"`{key}`:", ""]
+        s.lines += table(
+            [num(c) for c in columns], [[num(r.get(c)) for c in columns] for r in records]
+        )
     s.lines += [
-        "(No renderer knows this file yet: its top-level figures only; the nested "
-        "figures are in the JSON.)",
+        "(No renderer knows this file yet: this is its generic view, nested figures flattened "
+        f"and tables cut at {GENERIC_COLUMNS} columns; the JSON has everything.)",
         "",
     ]
     return s
+
+
+GENERIC_COLUMNS = 10
+
+
+def flatten(value: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (`a.b`); lists stay values (rendered `x / y / z`)."""
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        elif isinstance(v, list) and (len(v) > 8 or any(isinstance(x, dict | list) for x in v)):
+            out[f"{prefix}{k}"] = f"({len(v)} entries)"  # a series: too long for a cell
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def render_file(path: Path) -> list[str]:

@@ -78,7 +78,8 @@ def test_renderers_cover_a_new_file_and_a_changed_one(tmp_path: Path) -> None:
                 "command": "bench/bench_x.py --n 3",
                 "load_average": [3.5, 2, 1],
                 "tokens_per_s": 1234.4,
-                "rows": {"a": 1},
+                "rows": [{"n": 1, "s": {"p50": 0.5}}, {"n": 2, "s": {"p50": 0.25}, "note": "x"}],
+                "totals": {"ok": 3},
             }
         )
     )
@@ -87,6 +88,8 @@ def test_renderers_cover_a_new_file_and_a_changed_one(tmp_path: Path) -> None:
     assert "Command: `python bench/bench_x.py --n 3`." in page
     assert "load average (1 min) 3.5 at the start" in page
     assert "| `tokens_per_s` | 1,234 |" in page  # a figure over 1,000 loses its decimals
+    assert "| n | s.p50 | note |\n|---|---|---|\n| 1 | 0.5 | – |\n| 2 | 0.25 | x |" in page
+    assert "`totals`:\n\n| figure | value |\n|---|---|\n| `ok` | 3 |" in page
     assert "The `r_capture` renderer could not read this file (KeyError" in page
     assert "| `samples` | 7 |" in page
     assert "Command not recorded" in page
