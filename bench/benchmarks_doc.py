@@ -86,14 +86,23 @@ class Section:
     lines: list[str] = field(default_factory=list)
 
 
+def command_words(data: dict) -> list[str]:
+    """The recorded command without its interpreter (`python`, `.venv/bin/python`, ...)."""
+    command = data.get("command")
+    if isinstance(command, list):
+        command = " ".join(map(str, command))
+    words = command.split() if isinstance(command, str) else []
+    while words and (Path(words[0]).name.startswith("python") or words[0] in {"nice", "-n"}):
+        words = words[1:]
+    return words
+
+
 def script_of(stem: str, data: dict) -> Path | None:
     """The bench script that wrote a results file: the recorded command's first word, else
     bench/bench_<name>.py (the file's name or its "bench" field, `-` and suffixes dropped)."""
-    command = data.get("command")
-    if isinstance(command, str) and command.split():
-        path = ROOT / command.split()[0]
-        if path.exists():
-            return path
+    words = command_words(data)
+    if words and (ROOT / words[0]).is_file():
+        return ROOT / words[0]
     names = [stem, str(data.get("bench", "")), stem.split("-")[0], stem.rsplit("_", 1)[0]]
     for name in names:
         path = ROOT / "bench" / f"bench_{name}.py"
@@ -111,9 +120,9 @@ def first_paragraph(script: Path | None) -> str:
 
 
 def command_line(stem: str, data: dict) -> str:
-    command = data.get("command")
-    if isinstance(command, str) and command.strip():
-        return f"Command: `python {command.strip()}`."
+    words = command_words(data)
+    if words:
+        return f"Command: `python {' '.join(words)}`."
     settings = data.get("settings")
     if isinstance(settings, dict) and settings:
         pairs = ", ".join(f"`{k}={v}`" for k, v in settings.items())
@@ -122,15 +131,26 @@ def command_line(stem: str, data: dict) -> str:
 
 
 def _load_pair(data: dict) -> tuple[Any, Any]:
+    """(load at the start, load at the end) under any of the names the benches use."""
     load = data.get("load_average")
     if isinstance(load, dict):
-        return load.get("start"), load.get("end")
-    if isinstance(load, list):
+        return load.get("start", load.get("before")), load.get("end", load.get("after"))
+    if isinstance(load, list | str):
         return load, None
-    return data.get("loadavg_before"), data.get("loadavg_after")
+    start = end = None
+    for key, value in data.items():
+        if "load" in key and isinstance(value, list | str):
+            if any(w in key for w in ("before", "start")):
+                start = value
+            elif any(w in key for w in ("after", "end")):
+                end = value
+    return start, end
 
 
 def one_minute(load: Any) -> str | None:
+    if isinstance(load, str):  # `uptime`'s line: "... load average: 1.0, 2.0, 3.0"
+        figures = load.rsplit(":", 1)[-1].replace(",", " ").split()
+        load = [float(f) for f in figures[:1] if f.replace(".", "", 1).isdigit()]
     if isinstance(load, list | tuple) and load:
         return f"{float(load[0]):.1f}"
     if isinstance(load, int | float):
@@ -843,6 +863,8 @@ def r_generic(stem: str, d: dict) -> Section:
     s = Section(stem.replace("_", " ").replace("-", " "), first_paragraph(script_of(stem, d)))
     skip = {
         "command",
+        "load_average_before",
+        "load_average_after",
         "bench",
         "date",
         "machine",
@@ -868,14 +890,16 @@ def r_generic(stem: str, d: dict) -> Section:
             records = [flatten(v) for v in value]
         elif isinstance(value, dict):
             flat = [[code(k), num(v)] for k, v in flatten(value).items()]
-            s.lines += [f"`{key}`:", "", *table(["figure", "value"], flat)] if flat else []
+            s.lines += (
+                [f"`{key}`{label(key)}:", "", *table(["figure", "value"], flat)] if flat else []
+            )
             continue
         else:
             continue
         columns = list(dict.fromkeys(c for r in records for c in r))
         if len(columns) > GENERIC_COLUMNS:  # too wide to read: the JSON has the rest
             columns = columns[:GENERIC_COLUMNS]
-        s.lines += [f"`{key}`:", ""]
+        s.lines += [f"`{key}`{label(key)}:", ""]
         s.lines += table(
             [num(c) for c in columns], [[num(r.get(c)) for c in columns] for r in records]
         )
@@ -888,6 +912,11 @@ def r_generic(stem: str, d: dict) -> Section:
 
 
 GENERIC_COLUMNS = 10
+
+
+def label(key: str) -> str:
+    """What a generic table is, where its name says it is not a measurement."""
+    return " (arithmetic, not measured)" if "arithmetic" in key else ""
 
 
 def flatten(value: dict, prefix: str = "") -> dict[str, Any]:

@@ -83,8 +83,23 @@ def test_renderers_cover_a_new_file_and_a_changed_one(tmp_path: Path) -> None:
             }
         )
     )
+    (tmp_path / "newer.json").write_text(
+        json.dumps(
+            {
+                "command": "python bench/bench_audit.py --samples 9",
+                "load_average_before": [7.25, 1, 1],
+                "load_average_after": [9.0, 1, 1],
+                "kv_arithmetic": {"bytes": 70272},
+            }
+        )
+    )
     (tmp_path / "capture.json").write_text(json.dumps({"bench": "capture", "samples": 7}))
     page = bd.render_doc(tmp_path)
+    # an interpreter before the script is not doubled, and the script is found from it
+    assert "Command: `python bench/bench_audit.py --samples 9`." in page
+    assert "From `bench/results/newer.json`, written by `bench/bench_audit.py`." in page
+    assert "load average (1 min) 7.2 at the start, 9.0 at the end" in page
+    assert "`kv_arithmetic` (arithmetic, not measured):" in page
     assert "Command: `python bench/bench_x.py --n 3`." in page
     assert "load average (1 min) 3.5 at the start" in page
     assert "| `tokens_per_s` | 1,234 |" in page  # a figure over 1,000 loses its decimals
