@@ -257,7 +257,7 @@ def r_audit_recall(d: dict) -> Section:
     )
     s.lines.append("")
     s.lines += table(
-        ["check", "planted classes", "planted samples", "caught", "false positives"], rows
+        ["check", "planted classes", "planted samples", "share caught", "false positives"], rows
     )
     if unplanted:
         s.lines.append(f"No planted class (covered by dedicated tests): {', '.join(unplanted)}.")
@@ -429,6 +429,13 @@ def r_eval(d: dict) -> Section:
         f"({'met' if d.get('goal_met') else 'not met'})."
     )
     s.lines.append("")
+    if any(k.startswith("served") for k in res):
+        s.lines += [
+            "The served row counts what vLLM's spec-decode counters count (1 + accepted drafts "
+            "per verify step); the offline rows also count each output's last verify step, cut "
+            "short by the stop token, so the two differ slightly on the same drafter.",
+            "",
+        ]
     return s
 
 
@@ -726,6 +733,14 @@ def r_real(d: dict) -> Section:
             f"length {sides[0]} − {sides[1]} = {a - b:+.3f} tokens per verify step on "
             f"{num(st.get('bench_limit'))} prompts per benchmark; training speed "
             f"{num(tr.get('eyas_captured_vs_speculators'))}× ({sides[0]} over {sides[1]})."
+        )
+    speedups = [runs[x].get("throughput", {}).get("speedup") for x in sides]
+    if speedups and all(isinstance(v, int | float) and v < 1 for v in speedups):
+        s.lines.append(
+            f"Both serve slower than the engine without a drafter ({num(speedups)}): after "
+            f"{num(tr['steps'])} steps on {num(data.get('captured', {}).get('samples'))} samples "
+            "both drafters are rarely accepted, and vLLM on CPU runs the drafter eagerly beside "
+            "a small target; the acceptance lengths are the comparison."
         )
     s.lines.append(
         f"eyas online (the target in process) trained {num(tr['eyas_online_tok_s'])} supervised "
