@@ -198,6 +198,7 @@ def main() -> None:
         json.dumps(
             {
                 "command": " ".join(["python", *sys.argv]),
+                "date": time.strftime("%Y-%m-%d", time.gmtime()),
                 "load_average_before": [round(x, 2) for x in load_before],
                 "load_average_after": [round(x, 2) for x in os.getloadavg()],
                 "settings": {**vars(args), "length_median": MEDIAN, "length_sigma": SIGMA},
