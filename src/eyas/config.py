@@ -403,8 +403,8 @@ class TrainConfig(_Strict):
     mask_token_id: int | None = Field(
         None,
         ge=0,
-        description="dflash: the mask token (default: the target's pad token, else an id "
-        "no training sequence uses)",
+        description="dflash: the mask token (default: the target's pad token, else the "
+        "highest id no training sequence uses; never one whose embedding row is zero)",
     )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
