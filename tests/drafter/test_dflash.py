@@ -146,7 +146,8 @@ def test_a_batch_with_nothing_to_train_still_backpropagates():
 
 def test_default_fused_layers_follow_z_lab_and_sglang():
     """`build_target_layer_ids` (z-lab `dflash/model.py`, SGLang `dflash_utils.py`), in HF terms
-    (+1); a too-shallow target gets distinct evenly spread layers instead of duplicates."""
+    (+1), of max(draft layers, 3) layers (a one-layer drafter reads three, not z-lab's single
+    middle one); a too-shallow target gets distinct evenly spread layers instead."""
     assert zlab_default_target_layers(36, 5) == [1, 9, 17, 25, 33]
     dflash = get_method("dflash")
 
@@ -155,9 +156,11 @@ def test_default_fused_layers_follow_z_lab_and_sglang():
 
     assert dflash.default_aux_layers(36, Cfg) == [2, 10, 18, 26, 34]
     Cfg.draft_layers = 2
-    assert dflash.default_aux_layers(4, Cfg) == [1, 3]
+    assert dflash.default_aux_layers(4, Cfg) == [1, 2, 3]
+    assert dflash.default_aux_layers(3, Cfg) == [1, 2]
     Cfg.draft_layers = 1
-    assert dflash.default_aux_layers(61, Cfg) == [31]
+    assert dflash.default_aux_layers(61, Cfg) == [2, 31, 59]
+    assert dflash.default_aux_layers(2, Cfg) == [1]
 
 
 def test_layouts_round_trip_and_engines_read_the_trained_layers(tmp_path):
