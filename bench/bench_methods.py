@@ -56,7 +56,7 @@ from eyas.train.metrics import acceptance_estimate
 METHODS = {
     "eagle3": {},
     "eagle3.1": {},
-    "dflash": {"draft_layers": 1},  # block_size: K + 1, the matched draft budget
+    "dflash": {},  # its defaults (2 layers, 3 fused); block_size: K + 1, the matched budget
 }
 
 

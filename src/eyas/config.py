@@ -381,7 +381,7 @@ class TrainConfig(_Strict):
         "or dflash",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 1)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"

@@ -161,6 +161,8 @@ def test_default_fused_layers_follow_z_lab_and_sglang():
     Cfg.draft_layers = 1
     assert dflash.default_aux_layers(61, Cfg) == [2, 31, 59]
     assert dflash.default_aux_layers(2, Cfg) == [1]
+    Cfg.draft_layers = None  # the default: two draft layers, three fused
+    assert dflash.draft_layers(Cfg) == 2 and dflash.default_aux_layers(61, Cfg) == [2, 31, 59]
 
 
 def test_layouts_round_trip_and_engines_read_the_trained_layers(tmp_path):
