@@ -9,9 +9,9 @@ the held-out prompts offline, lossless, with blocks of its own size (K = block -
 tokens per verify step): acceptance length (bonus included) and its per-position
 acceptance; plus the training per-slot accuracy over the last fifth of the steps and the
 seconds per step (one process, variants one after another on a shared machine: compare
-ratios; the load average is recorded). The base is what `eyas train --method dflash` now
-defaults to, with the bench's learning rate. Writes bench/results/dflash_sweep.json after
-every variant.
+ratios; the load average is recorded). The fused target layers are the method's default at
+run time unless a variant names them; each row records the ones it trained with. Writes
+bench/results/dflash_sweep.json after every variant.
 """
 
 from __future__ import annotations
@@ -96,8 +96,10 @@ def main() -> None:
         offline = _offline(
             target, drafter, prompts, settings["block_size"] - 1, args.max_new_tokens
         )
+        saved = json.loads((drafter / "drafter_config.json").read_text())
         rows[name] = {
             "settings": settings,
+            "fused_layers": saved["aux_layer_ids"],
             "acceptance_length": offline["acceptance_length"],
             "per_position": offline["per_position"],
             "lossless": offline["lossless"],
