@@ -256,7 +256,11 @@ def generate(cfg: PipelineConfig) -> None:
     )
     if run["failure_reasons"]:
         console.print(f"failure reasons: {run['failure_reasons']} (see {out / 'errors.jsonl'})")
+    _run_line(manifest)
     if not manifest["complete"]:
+        if manifest["stopped_reason"] == "terminated":
+            console.print("[yellow]terminated (SIGTERM): rerun the same command to resume[/]")
+            raise typer.Exit(143)
         if manifest["stopped_reason"] != "interrupted":
             console.print(
                 f"[red]stopped: {manifest['stopped_reason']}[/]; fix the servers and rerun "
@@ -265,6 +269,15 @@ def generate(cfg: PipelineConfig) -> None:
             raise typer.Exit(1)
         console.print("[yellow]interrupted: rerun the same command to resume[/]")
         raise typer.Exit(130)
+
+
+def _run_line(manifest: dict) -> None:
+    """One line about the whole folder: the jobs that wrote it and whether they cover it."""
+    run = manifest["run"]
+    states = ", ".join(f"{j['state']} {j.get('shard') or '0/1'}" for j in run["jobs"])
+    verdict = "complete" if run["complete"] else "not complete yet"
+    dup = f", {run['duplicates']} duplicate rows dropped" if run["duplicates"] else ""
+    console.print(f"run: {run['num_jobs']} job(s) [{states}]{dup}; the run is {verdict}")
 
 
 # -- audit / show --------------------------------------------------------------------------------
@@ -353,6 +366,7 @@ def show(cfg: ShowConfig) -> None:
     "quarantine",
     "include_quarantined",
     "force",
+    "shard",
     "trust_remote_code",
 )
 def capture(cfg: CaptureConfig) -> None:
@@ -366,6 +380,10 @@ def capture(cfg: CaptureConfig) -> None:
     )
     if manifest["counts"].get("failed"):
         console.print(f"failed: {manifest['failure_reasons']} (see {cfg.out / 'errors.jsonl'})")
+    _run_line(manifest)
+    if manifest["stopped_reason"] in ("terminated", "interrupted"):
+        console.print(f"[yellow]{manifest['stopped_reason']}: rerun the same command to resume[/]")
+        raise typer.Exit(143 if manifest["stopped_reason"] == "terminated" else 130)
 
 
 @app.command()

@@ -24,6 +24,13 @@ from pydantic_core import core_schema
 from eyas.errors import EyasError
 
 
+def _check_shard(v: str) -> str:
+    i, sep, n = v.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
+        raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # dotted keys (`*` for every list item) holding paths relative to a config file
@@ -232,10 +239,7 @@ class GenerateConfig(_Strict):
     @field_validator("shard")
     @classmethod
     def _shard(cls, v: str) -> str:
-        i, sep, n = v.partition("/")
-        if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
-            raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
-        return v
+        return _check_shard(v)
 
 
 class RunConfig(_Strict):
@@ -479,7 +483,13 @@ class CaptureConfig(_Strict):
     include_quarantined: bool = False
     force: bool = Field(False, description="capture even when the disk looks too small")
     limit: int | None = Field(None, ge=1, description="capture at most this many samples")
+    shard: str = Field("0/1", description="i/n: this job's slice of ids (sha256 of the id)")
     trust_remote_code: bool = False
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v: str) -> str:
+        return _check_shard(v)
 
     @field_validator("aux_layers")
     @classmethod
