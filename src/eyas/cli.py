@@ -52,6 +52,7 @@ from eyas.config import (
     QuickstartConfig,
     RenderConfig,
     ShowConfig,
+    StatusConfig,
     ToyBuildConfig,
     ToyDatasetsConfig,
     TrainConfig,
@@ -340,6 +341,47 @@ def show(cfg: ShowConfig) -> None:
     Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
 
 
+@app.command()
+@_user_errors
+@schema_flags(StatusConfig, Arg("path"), Flag("json_out", "--json"))
+def status(cfg: StatusConfig) -> None:
+    """The jobs that wrote a run (generate, capture) and whether it is complete: exit 0 when
+    every stage found is complete, 3 when not yet."""
+    import json
+    import time
+
+    from eyas.store.status import status as run_status
+
+    stages = run_status(cfg.path)
+    for st in stages:
+        table = Table("job", "shard", "state", "committed", "stopped", "age", title=st["path"])
+        for job in st["jobs"]:
+            age = time.time() - (job.get("ended_unix") or job.get("started_unix") or time.time())
+            table.add_row(
+                str(job["job_id"]),
+                str(job.get("shard") or "0/1"),
+                str(job["state"]),
+                str(job.get("committed") if job.get("committed") is not None else "-"),
+                str(job.get("stopped_reason") or ""),
+                f"{age / 60:.0f} min",
+            )
+        Console().print(table)
+        counts = st["counts"]
+        verdict = "[green]complete[/]" if st["complete"] else "[yellow]not complete[/]"
+        Console().print(
+            f"{st['stage']}: {verdict}; {st['num_jobs']} job(s), {counts['samples']} samples"
+            + (f", {counts['tokens']:,} tokens" if "tokens" in counts else "")
+            + f", {counts['duplicates']} duplicate rows (dropped on read), "
+            f"{st['failed_outstanding']} failed ids outstanding, "
+            f"{st['temporary_files']} temporary files"
+        )
+    if cfg.json_out:
+        cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.json_out.write_text(json.dumps(stages, indent=2) + "\n")
+    if not all(st["complete"] for st in stages):
+        raise typer.Exit(3)
+
+
 # -- capture / train -----------------------------------------------------------------------------
 
 
@@ -367,6 +409,7 @@ def show(cfg: ShowConfig) -> None:
     "include_quarantined",
     "force",
     "shard",
+    "dry_run",
     "trust_remote_code",
 )
 def capture(cfg: CaptureConfig) -> None:
@@ -374,6 +417,8 @@ def capture(cfg: CaptureConfig) -> None:
     from eyas.capture.run import run_capture
 
     manifest = run_capture(cfg, log=console.print)
+    if manifest.get("dry_run"):
+        return
     console.print(
         f"{manifest['counts']['samples']} samples captured in {cfg.out} "
         f"({manifest['counts']['tokens']} tokens, {manifest['bytes_per_token']} bytes/token)"

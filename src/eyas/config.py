@@ -484,6 +484,9 @@ class CaptureConfig(_Strict):
     force: bool = Field(False, description="capture even when the disk looks too small")
     limit: int | None = Field(None, ge=1, description="capture at most this many samples")
     shard: str = Field("0/1", description="i/n: this job's slice of ids (sha256 of the id)")
+    dry_run: bool = Field(
+        False, description="print the samples, tokens and storage still to capture, and stop"
+    )
     trust_remote_code: bool = False
 
     @field_validator("shard")
@@ -674,6 +677,16 @@ class AuditConfig(AuditOptions):
 
     def options(self) -> AuditOptions:
         return AuditOptions(**self.model_dump(include=set(AuditOptions.model_fields)))
+
+
+class StatusConfig(_Strict):
+    """`eyas status RUN`."""
+
+    path_keys: ClassVar = ("path",)
+    input_keys: ClassVar = ("path",)
+
+    path: Path = Field(description="run folder, or one generate or capture folder")
+    json_out: Path | None = Field(None, description="also write the status as JSON here")
 
 
 class ShowConfig(_Strict):

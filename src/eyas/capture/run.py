@@ -299,7 +299,15 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         f"capture: {len(jobs)} samples to go ({len(done)} done), {tokens:,} tokens x "
         f"{per_token:,} bytes/token"
     )
-    _check_space(cfg.out, tokens * per_token, cfg.force, log)
+    _check_space(cfg.out, tokens * per_token, cfg.force or cfg.dry_run, log)
+    if cfg.dry_run:  # the cluster recipe sizes its storage with this (docs/cluster.md)
+        return {
+            "dry_run": True,
+            "samples_to_go": len(jobs),
+            "tokens_to_go": tokens,
+            "bytes_per_token": per_token,
+            "storage_needed_bytes": tokens * per_token,
+        }
     record = start_job(
         cfg.out,
         job_id,
@@ -353,8 +361,8 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
             "failure_reasons": this_run.get("failure_reasons", {}),
         },
     )
-    counts = capture_counts(cfg.out)
-    errors = write_combined_errors(cfg.out, captured_ids(cfg.out))
+    counts, by_job = capture_counts(cfg.out)
+    errors = write_combined_errors(cfg.out, by_job)
     counts["failed"] = len(errors)
     status = run_status(cfg.out, counts["samples"], counts["duplicates"])
     combined = {**record, **status, "counts": counts, "job": job_id}

@@ -42,7 +42,7 @@ from eyas.store.runs import (
     start_job,
     write_combined_errors,
 )
-from eyas.store.shards import id_index
+from eyas.store.shards import id_index, ids_by_job
 
 
 def _conversation_ids(stage_dir) -> set[str]:
@@ -201,11 +201,11 @@ def _static(cfg: PipelineConfig, renderer: Renderer, pool) -> dict[str, Any]:
 def _combine(out: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Rewrite the folder's combined `manifest.json` and `errors.jsonl` from every job's files
     (a snapshot: `eyas status` recomputes it); return this job's record with the counts."""
-    committed, duplicates = id_index(out)
+    by_job, rows = ids_by_job(out)
+    committed = set().union(*by_job.values()) if by_job else set()
+    duplicates = rows - len(committed)
     conversations = {i.split("#")[0] for i in committed}
-    # a multi-turn conversation that failed at a later turn keeps its earlier turns and its
-    # error; only an id committed since (a retry that worked) clears one
-    errors = write_combined_errors(out, committed)
+    errors = write_combined_errors(out, by_job)
     status = run_status(out, len(committed), duplicates)
     counts = {
         "conversations_done": len(conversations),

@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from eyas.errors import EyasError
-from eyas.store.runs import clean_stale_tmps, new_job_id, stage_manifest
+from eyas.store.runs import clean_stale_tmps, new_job_id, part_job, stage_manifest
 
 
 def capture_shards(capture_dir: str | Path) -> list[Path]:
@@ -162,18 +162,22 @@ def shard_index(path: Path) -> tuple[list[str], list[int]]:
     return ids, np.diff(offsets).tolist()
 
 
-def capture_counts(capture_dir: str | Path) -> dict[str, int]:
-    """Samples and tokens captured (each id once), and the rows of ids captured twice."""
+def capture_counts(capture_dir: str | Path) -> tuple[dict[str, int], dict[str | None, set[str]]]:
+    """(samples and tokens captured, each id once, and the rows of ids captured twice;
+    job id -> the ids its shards hold)."""
+    by_job: dict[str | None, set[str]] = {}
     seen: set[str] = set()
     tokens = duplicates = 0
     for path in capture_shards(capture_dir):
-        for sid, n in zip(*shard_index(path)):
+        ids, lengths = shard_index(path)
+        by_job.setdefault(part_job(path.name), set()).update(ids)
+        for sid, n in zip(ids, lengths):
             if sid in seen:
                 duplicates += 1
                 continue
             seen.add(sid)
             tokens += n
-    return {"samples": len(seen), "tokens": tokens, "duplicates": duplicates}
+    return {"samples": len(seen), "tokens": tokens, "duplicates": duplicates}, by_job
 
 
 def read_shard_rows(path: Path) -> list[CapturedRow]:

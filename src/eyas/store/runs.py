@@ -129,10 +129,13 @@ def part_job(name: str) -> str | None:
     return m["job"] if m and not m["job"].isdigit() else None
 
 
-def combined_errors(stage_dir: str | Path, done: set[str]) -> list[dict]:
-    """Every job's recorded failures, the latest per id, minus ids committed since."""
-    latest: dict[str, dict] = {}
-    for rec in job_records(stage_dir):
+def combined_errors(stage_dir: str | Path, committed_by: dict[str | None, set[str]]) -> list[dict]:
+    """Every job's recorded failures, the latest per id, minus those a later job committed
+    (`committed_by`: job id -> ids in its parts). An id can be both committed and failed by
+    one job (a conversation cut at a later turn keeps its earlier turns): that stays."""
+    latest: dict[str, tuple[int, dict]] = {}
+    records = job_records(stage_dir)
+    for k, rec in enumerate(records):
         path = job_errors_path(stage_dir, rec["job_id"])
         if not path.exists():
             continue
@@ -142,13 +145,18 @@ def combined_errors(stage_dir: str | Path, done: set[str]) -> list[dict]:
             except orjson.JSONDecodeError:
                 continue  # the torn last line of a killed job
             if isinstance(row, dict) and isinstance(row.get("id"), str):
-                latest[row["id"]] = row
-    return [row for sid, row in latest.items() if sid not in done]
+                latest[row["id"]] = (k, row)
+    later = [committed_by.get(rec["job_id"], set()) for rec in records]
+    return [
+        row for sid, (k, row) in latest.items() if not any(sid in ids for ids in later[k + 1 :])
+    ]
 
 
-def write_combined_errors(stage_dir: str | Path, done: set[str]) -> list[dict]:
+def write_combined_errors(
+    stage_dir: str | Path, committed_by: dict[str | None, set[str]]
+) -> list[dict]:
     """`errors.jsonl`: the run's outstanding failures (a snapshot; each job's log is its own)."""
-    rows = combined_errors(stage_dir, done)
+    rows = combined_errors(stage_dir, committed_by)
     path = Path(stage_dir) / "errors.jsonl"
     tmp = path.with_name(f".errors.jsonl.{os.getpid()}-{secrets.token_hex(3)}.tmp")
     tmp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.records import Sample
-from eyas.store.runs import clean_stale_tmps, new_job_id
+from eyas.store.runs import clean_stale_tmps, new_job_id, part_job
 from eyas.store.samples import Ragged, read_parquet
 
 SCHEMA = pa.schema(
@@ -56,13 +56,22 @@ def committed_ids(stage_dir: str | Path) -> set[str]:
 
 def id_index(stage_dir: str | Path, paths: list[Path] | None = None) -> tuple[set[str], int]:
     """(ids committed in the shards, rows beyond the first of an id: two jobs that raced)."""
-    ids: set[str] = set()
+    by_job, rows = ids_by_job(stage_dir, paths)
+    ids = set().union(*by_job.values()) if by_job else set()
+    return ids, rows - len(ids)
+
+
+def ids_by_job(
+    stage_dir: str | Path, paths: list[Path] | None = None
+) -> tuple[dict[str | None, set[str]], int]:
+    """(job id -> ids its shards hold (None: old unnamed shards), rows read)."""
+    by_job: dict[str | None, set[str]] = {}
     rows = 0
     for path in shard_paths(stage_dir) if paths is None else paths:
         column = read_parquet(path, columns=["id"]).column("id").to_pylist()
         rows += len(column)
-        ids.update(column)
-    return ids, rows - len(ids)
+        by_job.setdefault(part_job(path.name), set()).update(column)
+    return by_job, rows
 
 
 def _to_columns(samples: list[Sample]) -> dict[str, Any]:
