@@ -1,10 +1,11 @@
 """One run folder written by many jobs at once, as docs/cluster.md runs them (at toy scale, as
 local processes): four `eyas generate` jobs (two with --shard, one SIGKILLed then restarted,
 one SIGTERMed) against the fake SGLang server, two `eyas capture` jobs (one SIGTERMed, then
-rerun) against the fake vLLM, then `eyas status`, `eyas audit` and `torchrun ... eyas.cli
-train`: every sample is read exactly once and no job leaves a process behind.
+rerun) against the fake vLLM, then `eyas status`, `eyas audit` and `eyas train`: every
+sample is read exactly once and no job leaves a process behind.
 
-Slow (about a minute): it starts a dozen real processes, which is the point."""
+Slow (about a minute): it starts ten real processes, which is the point; the commands that
+need no signal run in process."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from typer.testing import CliRunner
 
+from eyas.cli import app
 from eyas.render import Renderer
 from eyas.render.run import render_file
 from eyas.sources.run import convert_file
@@ -31,6 +34,12 @@ from eyas.toy.datasets import FAMILIES, family_rows
 pytestmark = pytest.mark.slow
 
 EYAS = [sys.executable, "-m", "eyas.cli"]
+runner = CliRunner()
+
+
+def cli(args: list[str]):
+    """A command that needs no signal runs in process (a new interpreter costs seconds)."""
+    return runner.invoke(app, args)
 
 
 @pytest.fixture(scope="module")
@@ -118,19 +127,25 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         "--no-progress",
     ]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
-    fake = ("--tokenizer", str(toy_tiny), "--service-s", "0.1")
-    with fake_server("eyas.testing.fake_sglang", *fake) as sglang:
+    fake = ("--tokenizer", str(toy_tiny), "--service-s", "0.2")
+    with (
+        fake_server("eyas.testing.fake_sglang", *fake) as sglang,
+        fake_server("eyas.testing.fake_sglang", *fake) as doomed,
+    ):
         cmd = [*generate, "--url", sglang.url]
         a = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
-        b = subprocess.Popen([*cmd, "--shard", "1/2"], **quiet)
+        # B's node: once B has committed, its server freezes, so B cannot finish before it is
+        # killed however slow this machine is
+        b = subprocess.Popen([*generate, "--url", doomed.url, "--shard", "1/2"], **quiet)
         c = subprocess.Popen(cmd, **quiet)
         d = subprocess.Popen(cmd, **quiet)
-        wait_for_commit(gen, job_of(gen, b), b)
-        b.kill()  # a node lost: no chance to commit or record anything
-        b.wait()
-        c_job = job_of(gen, c)
+        b_job, c_job = job_of(gen, b), job_of(gen, c)
+        wait_for_commit(gen, b_job, b)
+        doomed.freeze()
         wait_for_commit(gen, c_job, c)
         c.send_signal(signal.SIGTERM)  # what Slurm and Kubernetes send first
+        b.kill()  # a node lost: no chance to commit or record anything
+        b.wait()
         _, err = c.communicate(timeout=60)
         assert c.returncode == 143, err
         assert "rerun the same command to resume" in err
@@ -138,13 +153,12 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         for proc in (a, b2, d):
             _, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err
-        assert_no_process_left(run, {sglang.proc.pid})
+        assert_no_process_left(run, {sglang.proc.pid, doomed.proc.pid})
 
+    print("PHASE", time.perf_counter(), "# eyas status: five ")  # TMP
     # eyas status: five jobs, which ended how, and the run is complete
-    status = subprocess.run(
-        [*EYAS, "status", str(run), "--json", str(tmp_path / "status.json")], **quiet
-    )
-    assert status.returncode == 0, status.stderr
+    status = cli(["status", str(run), "--json", str(tmp_path / "status.json")])
+    assert status.exit_code == 0, status.output
     (stage,) = json.loads((tmp_path / "status.json").read_text())
     assert stage["stage"] == "generate" and stage["complete"] is True
     states = sorted(j["state"] for j in stage["jobs"])
@@ -153,16 +167,14 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     assert stopped["job_id"] == c_job and stopped["stopped_reason"] == "terminated"
     assert stage["temporary_files"] == 0
 
+    print("PHASE", time.perf_counter(), "# every reader sees ")  # TMP
     # every reader sees each id exactly once; racing duplicates are dropped and counted
     table = load_table(gen)
     assert sorted(table.ids) == sorted(expected)
     committed, duplicates = id_index(gen)
     assert committed == expected and table.duplicates == duplicates == stage["duplicates"]
-    audit = subprocess.run(
-        [*EYAS, "audit", str(gen), "--model", str(toy_tiny), "--json", str(tmp_path / "a.json")],
-        **quiet,
-    )
-    assert "Traceback" not in audit.stderr, audit.stderr
+    audit = cli(["audit", str(gen), "--model", str(toy_tiny), "--json", str(tmp_path / "a.json")])
+    assert audit.exception is None or isinstance(audit.exception, SystemExit), audit.output
     report = json.loads((tmp_path / "a.json").read_text())
     assert report["num_samples"] == len(expected)
     assert report["duplicates_dropped"] == duplicates
@@ -172,6 +184,7 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     }
     assert len(keep) >= 5
 
+    print("PHASE", time.perf_counter(), "# two capture jobs i")  # TMP
     # two capture jobs into one folder: one sharded and SIGTERMed, then rerun
     capture = [
         *EYAS,
@@ -191,12 +204,12 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         "--concurrency",
         "1",
     ]
-    plan = subprocess.run([*capture, "--dry-run"], **quiet)  # the storage to provision
-    assert plan.returncode == 0, plan.stderr
-    assert f"capture: {len(keep)} samples to go" in plan.stderr and "GB needed" in plan.stderr
+    plan = cli([*capture[len(EYAS) :], "--dry-run"])  # the storage to provision
+    assert plan.exit_code == 0, plan.output
+    assert f"capture: {len(keep)} samples to go" in plan.output and "GB needed" in plan.output
     assert not (cap / "jobs").exists()
     fake_vllm = ("--capture-dir", str(tmp_path / "incoming"), "--layers", "4", "--hidden", "96")
-    with fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.2") as vllm:
+    with fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.1") as vllm:
         cmd = [*capture, "--url", vllm.url]
         e = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
         f = subprocess.Popen(cmd, **quiet)
@@ -213,26 +226,17 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     assert sorted(r.id for r in rows) == sorted(keep)  # each trainable sample, once
     counts, _ = capture_counts(cap)
     assert counts["samples"] == len(keep)
-    status = subprocess.run(
-        [*EYAS, "status", str(run), "--json", str(tmp_path / "status.json")], **quiet
-    )
-    assert status.returncode == 0, status.stderr
+    status = cli(["status", str(run), "--json", str(tmp_path / "status.json")])
+    assert status.exit_code == 0, status.output
     by_stage = {s["stage"]: s for s in json.loads((tmp_path / "status.json").read_text())}
     assert by_stage["capture"]["complete"] and by_stage["capture"]["num_jobs"] == 3
     assert by_stage["capture"]["duplicates"] == counts["duplicates"]
 
-    # training reads the capture (torchrun, two ranks on gloo), each sample once
-    train = subprocess.run(
+    print("PHASE", time.perf_counter(), "# training reads the")  # TMP
+    # training reads the capture, each sample once (docs/cluster.md runs this under torchrun;
+    # one process here: the ranks' split is tested in tests/train)
+    train = cli(
         [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "29533",
-            "-m",
-            "eyas.cli",
             "train",
             "--target",
             str(toy_tiny),
@@ -250,23 +254,21 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
             "1024",
             "--batch-tokens",
             "3000",
-        ],
-        **quiet,
-        timeout=300,
+        ]
     )
-    assert train.returncode == 0, train.stderr[-3000:]
+    assert train.exit_code == 0, train.output[-3000:]
     config = json.loads((run / "drafter" / "drafter" / "drafter_config.json").read_text())
     assert config["data"]["loaded"] == len(keep)
     assert_no_process_left(run, set())
 
 
-def test_status_of_a_folder_no_job_finished(tmp_path):
+def test_status_says_when_slices_cover_the_run(tmp_path):
     from eyas.store.runs import covers
 
     assert covers(["0/1"]) and covers(["0/2", "1/2"]) and covers(["0/2", "1/4", "3/4"])
     assert not covers(["0/2"]) and not covers(["0/2", "1/4"]) and not covers([])
-    out = subprocess.run([*EYAS, "status", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 2 and "no generate or capture folder" in out.stderr
+    out = cli(["status", str(tmp_path)])
+    assert out.exit_code == 2 and "no generate or capture folder" in out.output
     os.makedirs(tmp_path / "generate" / "jobs")
-    out = subprocess.run([*EYAS, "status", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 3 and "not complete" in out.stdout
+    out = cli(["status", str(tmp_path)])
+    assert out.exit_code == 3 and "not complete" in out.output

@@ -159,6 +159,8 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
+                # the work is committed; let the record and the combined manifest be written
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 bar.update(engine.stats, force=True)
         record = end_job(
             out,
@@ -223,9 +225,13 @@ def _combine(out: Path, record: dict[str, Any]) -> dict[str, Any]:
 def run_generate(
     cfg: PipelineConfig, renderer: Renderer, show_progress: bool = True
 ) -> dict[str, Any]:
-    try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
-        import uvloop
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
+            import uvloop
 
-        return uvloop.run(_generate(cfg, renderer, show_progress))
-    except ImportError:
-        return asyncio.run(_generate(cfg, renderer, show_progress))
+            return uvloop.run(_generate(cfg, renderer, show_progress))
+        except ImportError:
+            return asyncio.run(_generate(cfg, renderer, show_progress))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
