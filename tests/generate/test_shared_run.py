@@ -204,13 +204,13 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         "--concurrency",
         "1",
     ]
-    plan = cli([*capture[len(EYAS) :], "--dry-run"])  # the storage to provision
-    assert plan.exit_code == 0, plan.output
-    assert f"capture: {len(keep)} samples to go" in plan.output and "GB needed" in plan.output
-    assert not (cap / "jobs").exists()
     fake_vllm = ("--capture-dir", str(tmp_path / "incoming"), "--layers", "4", "--hidden", "96")
     with fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.1") as vllm:
         cmd = [*capture, "--url", vllm.url]
+        plan = cli([*cmd[len(EYAS) :], "--dry-run"])  # the storage to provision
+        assert plan.exit_code == 0, plan.output
+        assert f"capture: {len(keep)} samples to go" in plan.output and "GB needed" in plan.output
+        assert not (cap / "jobs").exists()
         e = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
         f = subprocess.Popen(cmd, **quiet)
         wait_for_commit(cap, job_of(cap, e), e)
