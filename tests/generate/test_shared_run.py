@@ -155,7 +155,6 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
             assert proc.returncode == 0, err
         assert_no_process_left(run, {sglang.proc.pid, doomed.proc.pid})
 
-    print("PHASE", time.perf_counter(), "# eyas status: five ")  # TMP
     # eyas status: five jobs, which ended how, and the run is complete
     status = cli(["status", str(run), "--json", str(tmp_path / "status.json")])
     assert status.exit_code == 0, status.output
@@ -167,7 +166,6 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     assert stopped["job_id"] == c_job and stopped["stopped_reason"] == "terminated"
     assert stage["temporary_files"] == 0
 
-    print("PHASE", time.perf_counter(), "# every reader sees ")  # TMP
     # every reader sees each id exactly once; racing duplicates are dropped and counted
     table = load_table(gen)
     assert sorted(table.ids) == sorted(expected)
@@ -184,7 +182,6 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     }
     assert len(keep) >= 5
 
-    print("PHASE", time.perf_counter(), "# two capture jobs i")  # TMP
     # two capture jobs into one folder: one sharded and SIGTERMed, then rerun
     capture = [
         *EYAS,
@@ -232,7 +229,6 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     assert by_stage["capture"]["complete"] and by_stage["capture"]["num_jobs"] == 3
     assert by_stage["capture"]["duplicates"] == counts["duplicates"]
 
-    print("PHASE", time.perf_counter(), "# training reads the")  # TMP
     # training reads the capture, each sample once (docs/cluster.md runs this under torchrun;
     # one process here: the ranks' split is tested in tests/train)
     train = cli(
