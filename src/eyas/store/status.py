@@ -8,7 +8,7 @@ from typing import Any
 
 from eyas.errors import EyasError
 from eyas.store.captures import capture_counts, capture_shards
-from eyas.store.runs import JOBS, combined_errors, run_status
+from eyas.store.runs import JOBS, combined_errors, run_status, stage_manifest
 from eyas.store.shards import ids_by_job, shard_paths
 
 STAGES = ("generate", "capture")
@@ -29,6 +29,7 @@ def stage_dirs(path: str | Path) -> dict[str, Path]:
 
 
 def stage_status(stage: str, path: Path) -> dict[str, Any]:
+    stage_manifest(path)  # the readers read it: a malformed one is an error here too
     if stage == "capture":
         counts, by_job = capture_counts(path)
     else:
