@@ -125,8 +125,16 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         ready_timeout_s=cfg.ready_timeout_s,
     )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
-    if cfg.backend != "vllm" or cfg.urls:
-        async with open_pool(cfg.backend, settings, cfg.urls, policy, operation="capture") as pool:
+    if cfg.backend != "vllm" or cfg.urls or cfg.url_file:
+        async with open_pool(
+            cfg.backend,
+            settings,
+            cfg.urls,
+            policy,
+            operation="capture",
+            url_file=cfg.url_file,
+            url_file_s=cfg.url_file_s,
+        ) as pool:
             yield pool
         return
     from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
@@ -229,16 +237,12 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log, job_id
                     stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
-            workers = sum(s.limit.maximum for s in pool.servers)
             main_thread = threading.current_thread() is threading.main_thread()
             if main_thread:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(sig, on_signal, sig)
-            try:
-                tasks += [
-                    asyncio.create_task(worker()) for _ in range(min(workers, len(jobs)) or 1)
-                ]
-                results = await asyncio.gather(*tasks, return_exceptions=True)
+            try:  # enough workers for every server's ceiling, more as servers join
+                await pool.fill(worker, len(jobs), tasks)
             finally:
                 if main_thread:
                     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -247,9 +251,6 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log, job_id
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 await asyncio.to_thread(writer.flush)
                 bar.update(stats, force=True)
-            for r in results:
-                if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                    raise r
         return {
             "servers": pool.info,
             "client": pool.describe(),

@@ -87,7 +87,7 @@ class Engine:
         self.done_elsewhere = done_elsewhere
         self._elsewhere: set[str] = set()
         self.signal: str | None = None
-        self._workers: list[asyncio.Task] = []
+        self._workers: list[asyncio.Task] = []  # filled by the pool as workers start
 
     @property
     def stopped_reason(self) -> str | None:
@@ -207,20 +207,12 @@ class Engine:
     async def run(self, jobs: list[Job]) -> Stats:
         self.stats.total = len(jobs)
         shared = iter(jobs)
-        # enough workers to fill every server's ceiling; the pool holds them to its limits
-        capacity = sum(s.limit.maximum for s in self.pool.servers)
-        self._workers = workers = [
-            asyncio.create_task(self._worker(shared)) for _ in range(min(capacity, len(jobs)))
-        ]
+        # enough workers to fill every server's ceiling (more as servers join from a url
+        # file); the pool holds them to its limits, and a worker `cancel` ends has returned
         flusher = asyncio.create_task(self._flusher())
         try:
-            results = await asyncio.gather(*workers, return_exceptions=True)
+            await self.pool.fill(lambda: self._worker(shared), len(jobs), self._workers)
         finally:
             flusher.cancel()
-            for w in workers:
-                w.cancel()
             self.writer.flush()
-        for r in results:  # a cancelled worker (`cancel`) is expected; anything else is a bug
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                raise r
         return self.stats

@@ -122,6 +122,8 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
         cfg.backend.urls,
         generation_policy(cfg.backend),
         operation="generate",
+        url_file=cfg.backend.url_file,
+        url_file_s=cfg.backend.url_file_s,
     ) as pool:
         record = start_job(out, job_id, _static(cfg, renderer, pool))
         writer = ShardWriter(out, cfg.generate.shard_size, job_id=job_id)
