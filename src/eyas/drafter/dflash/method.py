@@ -117,7 +117,10 @@ class DFlashMethod(DraftMethod):
         except (OSError, EyasError):
             return None
         embed = found.get("embed")
-        return None if embed is None else embed.float().norm(dim=-1)
+        if embed is None:
+            return None
+        # row blocks: a Kimi-sized embedding in fp32 at once would be another 4.7 GB
+        return torch.cat([rows.float().norm(dim=-1) for rows in embed.split(8192)])
 
     def build_config(
         self,
