@@ -598,6 +598,7 @@ def r_methods(d: dict) -> Section:
                 o["acceptance_length"],
                 num(o["per_position"], 2),
                 " / ".join(num(o["datasets"].get(n), 2) for n in tool) or "–",
+                num(r["train_slot_acc"], 2) if "train_slot_acc" in r else "–",
                 o.get("drafter_ms_per_verify_step"),
                 o["lossless"],
                 served,
@@ -613,13 +614,23 @@ def r_methods(d: dict) -> Section:
             "acceptance length",
             "per position",
             tools or "tool families",
+            "training accuracy per slot (last fifth)",
             "drafter ms per verify step",
             "lossless",
             "served (AL, speedup, lossless)",
         ],
         rows,
     )
-    if budget:
+    enforced = next((r["budget_seconds"] for r in res.values() if "budget_seconds" in r), None)
+    if enforced:
+        s.lines.append(
+            f"- Same wall-clock: the methods trained in turns (the one with the least time used "
+            f"stepping next) until each had used {num(enforced)} s, EAGLE-3's first pass; a "
+            "row's train s is what it used (at most one step over). Same steps: in turns too, "
+            "so the machine's load fell on all three alike."
+        )
+        s.lines.append("")
+    elif budget:
         again = next(
             (
                 r["train_seconds"]

@@ -385,7 +385,7 @@ class TrainConfig(_Strict):
         "or dflash",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 1)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
@@ -407,8 +407,8 @@ class TrainConfig(_Strict):
     mask_token_id: int | None = Field(
         None,
         ge=0,
-        description="dflash: the mask token (default: the target's pad token, else an id "
-        "no training sequence uses)",
+        description="dflash: the mask token (default: the target's pad token, else the "
+        "highest id no training sequence uses; never one whose embedding row is zero)",
     )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
