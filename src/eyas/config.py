@@ -729,7 +729,7 @@ class AuditConfig(AuditOptions):
 class StatusConfig(_Strict):
     """`eyas status RUN`."""
 
-    path_keys: ClassVar = ("path",)
+    path_keys: ClassVar = ("path", "json_out")
     input_keys: ClassVar = ("path",)
 
     path: Path = Field(description="run folder, or one generate or capture folder")
