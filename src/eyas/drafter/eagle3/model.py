@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from eyas.drafter.layers import MLP, RMSNorm, split_heads
 from eyas.drafter.rope import Rotary
@@ -248,13 +249,28 @@ class Eagle3Drafter(nn.Module):
         """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
         return self.lm_head(normed)
 
-    def forward(self, input_ids: torch.Tensor, aux_hidden: torch.Tensor, ttt_steps: int):
+    def _step_alone(self, input_ids, hidden, positions, *cached):
+        """`step` as a function of its inputs (the earlier steps' keys and values flattened),
+        returning this step's k, v too: what activation checkpointing recomputes."""
+        cache = [(cached[i], cached[i + 1]) for i in range(0, len(cached), 2)]
+        normed, fed_back = self.step(input_ids, hidden, positions, cache)
+        return normed, fed_back, *cache[-1]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        aux_hidden: torch.Tensor,
+        ttt_steps: int,
+        checkpoint_layers: bool = False,
+    ):
         """Unrolled TTT forward.
 
         Args:
             input_ids: [B, T] tokens x_{j+1} for index j (the sequence shifted left by one).
             aux_hidden: [B, T, 3*Ht] target hidden states h_j of the three aux layers.
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
+            checkpoint_layers: keep only each step's outputs and keys/values, and recompute
+                the layer's inside in backward (activation checkpointing, per TTT step).
 
         Returns:
             list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
@@ -268,7 +284,14 @@ class Eagle3Drafter(nn.Module):
         for k in range(ttt_steps):
             ids_k = torch.cat([input_ids[:, k:], input_ids[:, -1:].expand(b, min(k, t))], 1)[:, :t]
             positions = torch.arange(t, device=input_ids.device) + k
-            normed, hidden = self.step(ids_k, hidden, positions, cache)
+            if checkpoint_layers and torch.is_grad_enabled():
+                flat = [x for kv in cache for x in kv]
+                normed, hidden, k_s, v_s = checkpoint(
+                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False
+                )
+                cache.append((k_s, v_s))
+            else:
+                normed, hidden = self.step(ids_k, hidden, positions, cache)
             per_step.append(normed)
         return per_step
 
