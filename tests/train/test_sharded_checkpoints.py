@@ -1,16 +1,21 @@
 """Sharded checkpoints (torch.distributed.checkpoint): kill and resume at another world size,
 retention, atomic commit, export; and a bf16 FSDP2 step on CPU (gloo)."""
 
+import contextlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_model_and_loss import _optimizer_step, tiny_drafter
+from test_training import _train_cli, losses
 
 from eyas.export.drafter import export_drafter
 from eyas.train.checkpoint import (
@@ -21,8 +26,6 @@ from eyas.train.checkpoint import (
     save_sharded,
 )
 from eyas.train.loop import run_train
-from test_model_and_loss import _optimizer_step, tiny_drafter
-from test_training import _train_cli, losses
 from train_helpers import toy_train_config
 
 DIST = (
@@ -35,10 +38,32 @@ def _launch(config, nproc: int, port: int) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
     cmd += ["--master-port", str(port), "-m", "eyas.cli", "train", "--config", str(config)]
-    # its own session: the test SIGKILLs torchrun and every rank at once, as a node loss would
-    return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid` (torchrun's workers run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and every rank at once, as losing the node would."""
+    for pid in [*_descendants(proc.pid), proc.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 @pytest.mark.slow
@@ -63,8 +88,9 @@ def test_four_ranks_killed_resume_on_two_and_match_the_uninterrupted_curve(
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         assert time.time() < deadline, "no checkpoint within 10 minutes"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    _kill_all(proc)
+    time.sleep(1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in _descendants(proc.pid))
     assert not (out / "drafter").exists(), "the run finished before the kill: nothing tested"
     state = json.loads((latest_checkpoint(ckpts) / "state.json").read_text())
     assert state["world_size"] == 4 and state["fsdp"] is True
@@ -86,7 +112,7 @@ def test_four_ranks_killed_resume_on_two_and_match_the_uninterrupted_curve(
     # repeated or misplaced batch, or an optimizer state not restored, moves a step's loss by
     # far more: consecutive steps of this curve differ by > 100x the tolerance (checked).
     steps = sorted(reference)
-    gaps = [abs(reference[a] - reference[b]) / reference[a] for a, b in zip(steps, steps[1:])]
+    gaps = [abs(reference[a] - reference[b]) / reference[a] for a, b in itertools.pairwise(steps)]
     assert min(gaps) > 1e-2, gaps
     for step in steps:
         assert resumed[step] == pytest.approx(reference[step], rel=1e-4), step
