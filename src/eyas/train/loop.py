@@ -119,6 +119,13 @@ class Trainer:
                 f"{self.data_report.as_dict()}",
             )
         check_token_ids(self.seqs, tmodel.vocab_size, cfg.hidden_states or cfg.data)
+        if self.rank == 0:
+            report = self.data_report
+            self.log(
+                f"max_len {self.max_len} ({'--max-len' if cfg.max_len else 'default: fits the device'}"
+                f"): {report.excluded.get('over_max_len', 0)} longer samples skipped, "
+                f"{report.truncated} cut (--length-policy {cfg.length_policy})"
+            )
         if cfg.capture_ahead:
             from eyas.capture.run import capture_layers
 
