@@ -145,18 +145,30 @@ class BackendConfig(_Strict):
         "of eyas.backends.registry)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     concurrency: int | None = Field(
         None,
         ge=1,
         description="most requests in flight per server (default per engine: vllm and "
-        "openai_chat 256, sglang 64 prompts sent in calls of batch_size, local 16 per batch)",
+        "openai_chat and sglang 256, local 16 per batch)",
     )
     adaptive_concurrency: bool = Field(
         True,
         description="start low and raise the in-flight limit only while the server's measured "
         "throughput grows (never above concurrency); off: always concurrency",
     )
-    batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
+    batch_size: int = Field(
+        1,
+        ge=1,
+        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
+        "member is done, so with long-tailed outputs a batch holds finished slots idle "
+        "(docs/cluster-servers.md); 1 sends each prompt on its own",
+    )
     timeout_s: float = Field(
         600.0,
         gt=0,
@@ -180,8 +192,10 @@ class BackendConfig(_Strict):
     def _urls_for_http(self) -> BackendConfig:
         from eyas.backends.registry import ENGINES, backend_class
 
-        if backend_class(self.kind).remote and not self.urls:
-            raise ValueError(f"backend.kind={self.kind!r} needs at least one url")
+        if backend_class(self.kind).remote and not self.urls and self.url_file is None:
+            raise ValueError(f"backend.kind={self.kind!r} needs at least one url (or a url_file)")
+        if self.url_file is not None and not backend_class(self.kind).remote:
+            raise ValueError(f"backend.kind={self.kind!r} runs in process: it takes no url_file")
         if self.concurrency is None:
             self.concurrency = ENGINES[self.kind].default_concurrency
         return self
@@ -252,6 +266,7 @@ class PipelineConfig(_Strict):
         "generate.input",
         "generate.out",
         "datasets.*.path",
+        "backend.url_file",
     )
     input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
@@ -450,7 +465,15 @@ class TrainConfig(_Strict):
 class CaptureConfig(_Strict):
     """`eyas capture`: target hidden states for drafter training, through a serving engine."""
 
-    path_keys: ClassVar = ("target", "data", "out", "vllm_python", "quarantine", "storage_dir")
+    path_keys: ClassVar = (
+        "target",
+        "data",
+        "out",
+        "vllm_python",
+        "quarantine",
+        "storage_dir",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
 
     target: Path = Field(description="target model directory")
@@ -458,6 +481,12 @@ class CaptureConfig(_Strict):
     out: Path = Field(description="capture output directory (shards + manifest)")
     backend: CaptureEngine = Field("local", description="where the target runs")
     urls: list[str] = Field(default_factory=list, description="vLLM capture server URL(s)")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts and stops a local server"
     )
@@ -502,7 +531,7 @@ class CaptureConfig(_Strict):
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
-        if self.backend == "vllm" and not self.urls and self.vllm_python is None:
+        if self.backend == "vllm" and not (self.urls or self.url_file) and not self.vllm_python:
             raise ValueError("--backend vllm needs --url (a running server) or --vllm-python")
         return self
 
@@ -513,7 +542,15 @@ class CaptureConfig(_Strict):
 class EvalConfig(_Strict):
     """`eyas eval`: acceptance length per dataset."""
 
-    path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python", "html_out")
+    path_keys: ClassVar = (
+        "target",
+        "drafter",
+        "input",
+        "json_out",
+        "vllm_python",
+        "html_out",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
 
     target: Path = Field(description="target model directory")
@@ -537,6 +574,12 @@ class EvalConfig(_Strict):
         "local", description="local (offline), or inside a serving engine"
     )
     urls: list[str] = Field(default_factory=list, description="server URL (served backends)")
+    url_file: Path | None = Field(
+        None,
+        description="served: a file of server URLs (with the drafter), one a line, re-read "
+        "every url_file_s while the run lasts: servers listed later join the run",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts the server with the drafter"
     )
@@ -586,8 +629,12 @@ class EvalConfig(_Strict):
     def _tree(self) -> EvalConfig:
         if (self.input is None) == (not self.bench):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
-        if self.backend != "local" and not self.urls and self.vllm_python is None:
-            raise ValueError(f"--backend {self.backend} needs --url or --vllm-python")
+        if self.backend != "local" and not (self.urls or self.url_file) and not self.vllm_python:
+            raise ValueError(f"--backend {self.backend} needs --url, --url-file or --vllm-python")
+        if self.backend != "sglang" and self.url_file is not None:
+            # vLLM's figures are counter deltas read before and after each dataset on every
+            # server: one joining in between would count its whole history
+            raise ValueError("--url-file needs --backend sglang (list vLLM servers with --url)")
         if self.backend == "sglang" and self.vllm_python is not None:
             raise ValueError("--vllm-python starts vLLM; for SGLang pass --url")
         return self

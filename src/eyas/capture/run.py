@@ -112,12 +112,20 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         ready_timeout_s=cfg.ready_timeout_s,
     )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
-    if cfg.backend != "vllm" or cfg.urls:
-        async with open_pool(cfg.backend, settings, cfg.urls, policy, operation="capture") as pool:
+    if cfg.backend != "vllm" or cfg.urls or cfg.url_file:
+        async with open_pool(
+            cfg.backend,
+            settings,
+            cfg.urls,
+            policy,
+            operation="capture",
+            url_file=cfg.url_file,
+            url_file_s=cfg.url_file_s,
+        ) as pool:
             yield pool
         return
     from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
-    from eyas.backends.vllm.conventions import text_only_args
+    from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
     from eyas.serving.vllm import vllm_server
 
     storage = cfg.storage_dir or (cfg.out / ".incoming")
@@ -128,6 +136,7 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         "--enforce-eager",
         *vllm_capture_args(layers, storage, target.context_length),
         *text_only_args(target.wrapper),
+        *float32_mla_args(target.text, cfg.dtype),
     ]
     log(f"starting a vLLM capture server ({cfg.vllm_python})")
     with vllm_server(
@@ -184,9 +193,8 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dic
                     stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
-            workers = sum(s.limit.maximum for s in pool.servers)
-            try:
-                await asyncio.gather(*(worker() for _ in range(min(workers, len(jobs)) or 1)))
+            try:  # enough workers for every server's ceiling, more as servers join
+                await pool.fill(worker, len(jobs))
             finally:
                 writer.flush()
                 bar.update(stats, force=True)

@@ -56,7 +56,7 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
-from eyas.backends.vllm.conventions import text_only_args
+from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
@@ -148,6 +148,7 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     args += text_only_args(target.wrapper)
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
+        args += float32_mla_args(target.text, "float32")
     if drafter:
         spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
         args += ["--speculative-config", json.dumps(spec)]
@@ -178,7 +179,7 @@ def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[lis
     """The URLs of the servers with the drafter (or the baseline): the user's, or vLLM
     servers eyas starts."""
     given = cfg.urls if drafter else cfg.baseline_urls
-    if given:
+    if given or (drafter and cfg.url_file is not None):  # servers also join from the file
         yield given
         return
     if cfg.backend != "vllm" or cfg.vllm_python is None:
@@ -299,7 +300,13 @@ async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: b
     # widest batch of a dataset
     in_flight = max(len(rows) for rows in _by_dataset(rounds.first).values())
     async with open_pool(
-        cfg.backend, _settings(cfg), urls, _policy(cfg, in_flight), operation="generate"
+        cfg.backend,
+        _settings(cfg),
+        urls,
+        _policy(cfg, in_flight),
+        operation="generate",
+        url_file=cfg.url_file if count else None,  # the drafter's servers, not the baseline's
+        url_file_s=cfg.url_file_s,
     ) as pool:
         run.servers = pool.info
         counting = count and cfg.backend == "vllm"
