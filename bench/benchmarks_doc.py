@@ -868,12 +868,22 @@ def r_train_memory(d: dict) -> Section:
                 r["off"]["step_s"],
                 r["on"]["step_s"],
                 f"{num(r['step_time_ratio'])}×",
+                f"{num(r.get('cpu_time_ratio'))}×",
             ]
             for r in ac["rows"]
             if "memory_reduction" in r
         ]
         s.lines += table(
-            ["tokens", "off KB/token", "on KB/token", "cut", "off step s", "on step s", "time"],
+            [
+                "tokens",
+                "off KB/token",
+                "on KB/token",
+                "cut",
+                "off step s",
+                "on step s",
+                "wall time",
+                "CPU time",
+            ],
             ac_rows,
         )
     return s
