@@ -198,7 +198,7 @@ def fsdp2_bf16() -> str:
         assert kept == ["step-0000010"], kept
         return f"eyas train --fsdp --precision bf16 on {gpus} GPUs (NCCL); checkpoints {kept}"
     code = r"""
-import os, torch, torch.distributed as dist
+import copy, os, torch, torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from eyas.drafter.registry import get_method
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
@@ -211,6 +211,7 @@ cfg = Eagle3Config(hidden_size=256, intermediate_size=512, num_attention_heads=4
     num_key_value_heads=2, vocab_size=1000, draft_vocab_size=500, target_hidden_size=256,
     aux_layer_ids=[1, 2, 3])
 model = Eagle3Drafter(cfg).to(dev)
+ref = copy.deepcopy(model).to(torch.bfloat16)  # what the policy computes, unsharded
 frozen = {p for p in model.parameters() if not p.requires_grad}
 for p in frozen:
     p.data = p.data.to(torch.bfloat16)
@@ -220,7 +221,7 @@ for unit in get_method("eagle3").fsdp_units(model):
     fully_shard(unit, mp_policy=policy)
 fully_shard(model, mp_policy=policy, ignored_params=frozen)
 seen = []
-model.midlayer.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+model.midlayer.register_forward_hook(lambda m, i, o: seen.append(o[0].dtype))
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
 ids = torch.randint(0, 1000, (2, 128), device=dev)
 aux = torch.randn(2, 128, 768, device=dev)
@@ -229,6 +230,11 @@ with torch.autocast(dev, dtype=torch.bfloat16):
     loss = sum(model.logits(h).float().logsumexp(-1).mean() for h in hs)
 loss.backward()
 assert seen and all(d == torch.bfloat16 for d in seen), seen
+with torch.no_grad(), torch.autocast(dev, dtype=torch.bfloat16):
+    want = ref(ids, aux, 3)
+for k, (h, w) in enumerate(zip(hs, want)):  # every TTT step sees the earlier steps' keys
+    err = float((h.float() - w.float()).abs().max())
+    assert err < 0.1, f"TTT step {k} differs from the unsharded bf16 drafter by {err}"
 grads = [p.grad for p in model.parameters() if p.requires_grad]
 assert all(g is not None and g.dtype == torch.float32 for g in grads)
 assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)

@@ -207,3 +207,15 @@ def test_activation_checkpointing_changes_memory_not_results(toy_tiny, toy_sampl
         run_train(cfg, log=lambda s: None, on_step=hist.append)
         runs[mode] = [m["loss"] for m in hist]
     assert runs["on"] == pytest.approx(runs["off"], rel=1e-5)
+
+
+def test_gpu_check_fsdp2_bf16_runs_on_cpu(tmp_path):
+    """The GPU check's bf16 FSDP2 step (tools/gpu_check.py `fsdp2_bf16`) on CPU with gloo:
+    bf16 compute, fp32 gradients and master weights, every TTT step equal to the unsharded
+    bf16 drafter's (a policy that cast the layer's inputs would copy the TTT cache list)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import gpu_check
+
+    gpu_check.ENV = dict(os.environ)
+    gpu_check.W = tmp_path
+    assert "bf16 compute, fp32 grads" in gpu_check.fsdp2_bf16()

@@ -252,9 +252,7 @@ class Trainer:
                 with torch.no_grad():
                     for p in frozen:
                         p.data = p.data.to(torch.bfloat16)
-                # Inputs are left to autocast, not cast by each unit: casting rebuilds the
-                # argument containers, and EAGLE-3's TTT key/value cache is a list the layer
-                # appends to (a rebuilt copy would drop every step's keys).
+                # Inputs are cast by autocast (on whenever bf16 is), not by each unit.
                 policy = MixedPrecisionPolicy(
                     param_dtype=torch.bfloat16,
                     reduce_dtype=torch.float32,

@@ -98,11 +98,14 @@ class Attention(nn.Module):
 
     def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
         """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
-        causally, later steps' only on the diagonal (same index j)."""
+        causally, later steps' only on the diagonal (same index j). Returns (output, k, v);
+        the caller keeps k, v (the list is read, never appended to: FSDP2 rebuilds a unit's
+        argument containers, so an append inside a unit would be lost)."""
         q, k, v = self.project(x, positions)
-        cache.append((k, v))
-        k0, v0 = cache[0]
-        return self.output(ttt_attention(q, k0, v0, cache[1:], 1.0 / math.sqrt(self.d)))
+        steps = [*cache, (k, v)]
+        k0, v0 = steps[0]
+        out = self.output(ttt_attention(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
+        return out, k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
         """Decoding attention over `past` keys plus this call's own: mask [T, L + T] (True =
@@ -184,8 +187,10 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
     def forward(self, embeds, hidden, positions, cache):
+        """One TTT step of the layer: (output, this step's k, v)."""
         x, residual = self._inputs(embeds, hidden)
-        return self._finish(residual, self.self_attn(x, positions, cache))
+        out, k, v = self.self_attn(x, positions, cache)
+        return self._finish(residual, out), k, v
 
     def cached(self, embeds, hidden, positions, past_k, past_v, mask):
         x, residual = self._inputs(embeds, hidden)
@@ -232,7 +237,8 @@ class Eagle3Drafter(nn.Module):
     def step(self, input_ids, hidden, positions, cache):
         """One TTT step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
         head [B, T, H], hidden for the next step [B, T, H])."""
-        out = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        out, k, v = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        cache.append((k, v))  # here, in the root module, not inside the layer's unit
         normed = self.norm(out)
         return normed, self._fed_back(normed, out)
 
