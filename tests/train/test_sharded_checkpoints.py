@@ -28,8 +28,9 @@ from eyas.train.checkpoint import (
 from eyas.train.loop import run_train
 from train_helpers import toy_train_config
 
+# TTT 3: from step 2 on a TTT step reads two earlier steps' keys (what FSDP2 once lost)
 DIST = (
-    "steps = 6\nttt = 2\ndraft_vocab = 400\nmax_len = 1024\nbatch_tokens = 6000\nlr = 3e-3\n"
+    "steps = 6\nttt = 3\ndraft_vocab = 400\nmax_len = 1024\nbatch_tokens = 6000\nlr = 3e-3\n"
     "warmup_steps = 1\ncheckpoint_every = 2\nkeep_last = 2\ngrad_accum = 2\n"
 )
 
