@@ -9,6 +9,13 @@ the same run at T = 256. Growth per doubling = extra(2T) / extra(T): linear memo
 quadratic 4. Goals: at most 2.2x per doubling, 8,192 tokens at most 6x the extra memory of
 2,048, and 32k trains on this machine.
 
+`--ac` instead compares activation checkpointing on and off at TTT 7 (`--ac-ttt`) for
+`--ac-lengths`: the drafter steps' own peak resident memory per token (target states computed
+first; VmHWM reset through /proc/self/clear_refs; glibc's mmap threshold fixed so RSS follows
+the live tensors) and their CPU and wall time; the goal is at least 2x less memory. It writes
+the `activation_checkpointing` section of the results file, keeping the rest. The length sweep
+runs with activation checkpointing off, as it was measured before the flag existed.
+
 Peer: speculators 0.9.0 `Eagle3DraftModel` (sdpa, eager KL loss, TTT 3) on the same dims with
 random states (bench/peer_speculators_memory.py in the speculators venv), at the lengths it
 fits in `--peer-limit-gb` within `--timeout` seconds.
