@@ -195,6 +195,10 @@ def test_bf16_fsdp2_step_on_gloo(tmp_path, toy_tiny, toy_samples):
     weights = read_sharded_weights(tmp_path / "bf16" / "checkpoints" / "step-0000002")
     assert "embed_tokens.weight" not in weights
     assert all(v.dtype == torch.float32 for v in weights.values() if v.is_floating_point())
+    # the export input carries the target's embedding, not the bf16 copy training held
+    emb = load_file(str(tmp_path / "bf16" / "drafter" / "model.safetensors"))["embed_tokens.weight"]
+    ref = load_file(str(tmp_path / "fp32" / "drafter" / "model.safetensors"))["embed_tokens.weight"]
+    assert emb.dtype == torch.float32 and torch.equal(emb, ref)
 
 
 def test_activation_checkpointing_changes_memory_not_results(toy_tiny, toy_samples, tmp_path):

@@ -48,6 +48,7 @@ from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
 from eyas.train.checkpoint import (
+    frozen_names,
     full_state,
     latest_checkpoint,
     load_checkpoint,
@@ -491,6 +492,15 @@ class Trainer:
         out = self.cfg.out / "drafter"
         weights, _ = full_state(self.raw_model, None, self.sharded)  # collective under FSDP2
         if self.rank == 0:
+            # the frozen target tensors as the target has them, not the bf16 copies FSDP2
+            # training held (the export's validator compares the embedding with the target's)
+            source = {
+                "embed_tokens.weight": self.target.embedding,
+                "lm_head.weight": self.target.head,
+            }
+            for name in frozen_names(self.raw_model):
+                if name in source and weights[name].dtype == torch.bfloat16:
+                    weights[name] = source[name]().detach().float().cpu()
             save_drafter(
                 self.raw_model,
                 out,
