@@ -224,3 +224,21 @@ def test_gpu_check_fsdp2_bf16_runs_on_cpu(tmp_path):
     gpu_check.ENV = dict(os.environ)
     gpu_check.W = tmp_path
     assert "bf16 compute, fp32 grads" in gpu_check.fsdp2_bf16()
+
+
+@pytest.mark.slow
+def test_ddp_accumulation_without_sync_matches_one_process(tmp_path, toy_tiny, toy_samples):
+    """DDP skips the all-reduce (no_sync) on all but the last micro-batch of a step; the
+    accumulated gradients reduced once equal one process's."""
+    base = f'target = "{toy_tiny}"\ndata = "{toy_samples}"\n' + DIST.replace(
+        "steps = 6", "steps = 3"
+    )
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text(base + f'out = "{tmp_path / "one"}"\n')
+    two.write_text(base + f'out = "{tmp_path / "two"}"\n')
+    _train_cli(one, 1)
+    _train_cli(two, 2, port=29539)
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
