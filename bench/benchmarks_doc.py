@@ -862,6 +862,41 @@ def r_train_memory(d: dict) -> Section:
         f"{num(goals.get('growth_per_doubling'))}×.",
         "",
     ]
+    ac = d.get("activation_checkpointing")
+    if ac:
+        s.lines += [
+            f"Activation checkpointing at TTT {num(ac['ttt'])}, on against off: {ac['measure']} "
+            f"(`{ac['command']}`; load average {num(ac['load_average_before'][0])} before, "
+            f"{num(ac['load_average_after'][0])} after).",
+            "",
+        ]
+        ac_rows = [
+            [
+                r["tokens"],
+                r["off"]["kb_per_token"],
+                r["on"]["kb_per_token"],
+                f"{num(r['memory_reduction'])}×",
+                r["off"]["step_s"],
+                r["on"]["step_s"],
+                f"{num(r['step_time_ratio'])}×",
+                f"{num(r.get('cpu_time_ratio'))}×",
+            ]
+            for r in ac["rows"]
+            if "memory_reduction" in r
+        ]
+        s.lines += table(
+            [
+                "tokens",
+                "off KB/token",
+                "on KB/token",
+                "cut",
+                "off step s",
+                "on step s",
+                "wall time",
+                "CPU time",
+            ],
+            ac_rows,
+        )
     return s
 
 

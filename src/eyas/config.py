@@ -373,6 +373,20 @@ class TrainConfig(_Strict):
     loss_decay: float = Field(0.8, gt=0, le=1)
     seed: int = 0
     checkpoint_every: int = Field(200, ge=1)
+    keep_last: int = Field(
+        3, ge=0, description="sharded checkpoints kept (the newest); 0 keeps every one"
+    )
+    activation_checkpointing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="recompute the drafter's layer per TTT step (per draft layer for DFlash) "
+        "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
+        "than 4096 tokens",
+    )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "
+        "or fp32; auto: bf16 on CUDA, fp32 on CPU",
+    )
     aux_layers: list[int] | None = Field(
         None, description="target layers fused by the drafter (default: SGLang's [2, N/2, N-3])"
     )

@@ -25,6 +25,7 @@ uninterrupted loss curve.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,6 +40,7 @@ import torch.distributed as dist
 from eyas import __version__
 from eyas.config import TrainConfig
 from eyas.drafter.loss import Teacher
+from eyas.drafter.memory import default_max_len
 from eyas.drafter.method import DraftMethod, row_seed
 from eyas.drafter.registry import get_method
 from eyas.drafter.vocab import choose_draft_vocab, token_counts
@@ -46,11 +48,12 @@ from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
 from eyas.train.checkpoint import (
+    frozen_names,
     full_state,
     latest_checkpoint,
     load_checkpoint,
-    save_checkpoint,
     save_drafter,
+    save_sharded,
 )
 from eyas.train.data import (
     Sequence,
@@ -95,7 +98,7 @@ class Trainer:
         cfg.out.mkdir(parents=True, exist_ok=True)
         self.method: DraftMethod = get_method(cfg.method)
         tmodel = target_model(cfg.target)
-        self.max_len = cfg.max_len or tmodel.context_length
+        self.max_len = cfg.max_len or default_max_len(tmodel, cfg, self.device)
         self.stream = None
         self.quarantine_file = None
         if cfg.hidden_states is not None:
@@ -117,6 +120,13 @@ class Trainer:
                 f"{self.data_report.as_dict()}",
             )
         check_token_ids(self.seqs, tmodel.vocab_size, cfg.hidden_states or cfg.data)
+        if self.rank == 0:
+            report = self.data_report
+            self.log(
+                f"max_len {self.max_len} ({'--max-len' if cfg.max_len else 'default: fits the device'}"
+                f"): {report.excluded.get('over_max_len', 0)} longer samples skipped, "
+                f"{report.truncated} cut (--length-policy {cfg.length_policy})"
+            )
         if cfg.capture_ahead:
             from eyas.capture.run import capture_layers
 
@@ -160,7 +170,11 @@ class Trainer:
                 ckpt, self.raw_model, self.optimizer, self.scheduler, self.sharded
             )
             self.step, self.batches_done = state["step"], state["batches_done"]
-            self.log(f"resumed from {ckpt.name} (step {self.step})")
+            was = state.get("world_size", "?")
+            self.log(
+                f"resumed from {ckpt.name} (step {self.step}; written by {was} ranks, read "
+                f"by {self.world})"
+            )
             if self.rank == 0:
                 truncate_metrics(cfg.out / "metrics.jsonl", self.step)
         if cfg.capture_ahead:
@@ -216,6 +230,11 @@ class Trainer:
     def sharded(self) -> bool:
         return self.world > 1 and self.cfg.fsdp
 
+    @property
+    def bf16(self) -> bool:
+        precision = self.cfg.precision
+        return precision == "bf16" or (precision == "auto" and self.device.startswith("cuda"))
+
     def _wrap(self, model: torch.nn.Module):
         if self.world == 1:
             return model
@@ -223,15 +242,44 @@ class Trainer:
             # FSDP2: parameters become DTensor shards in place; the method names the units
             # sharded on their own (decoder layers, a head the loss calls outside forward).
             # Gradients are reduce-scattered as a mean over ranks, like DDP's all-reduce.
-            from torch.distributed.fsdp import fully_shard
+            # bf16: each unit all-gathers bf16 copies of its fp32 shards and reduce-scatters
+            # fp32 gradients. The frozen target tensors (embedding; DFlash's head) stay out of
+            # every unit: nothing to reduce, so gathering them each step would be pure traffic;
+            # each rank holds them whole (in bf16 under bf16).
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            frozen = {p for p in model.parameters() if not p.requires_grad}
+            if self.bf16:
+                with torch.no_grad():
+                    for p in frozen:
+                        p.data = p.data.to(torch.bfloat16)
+                # Inputs are cast by autocast (on whenever bf16 is), not by each unit.
+                policy = MixedPrecisionPolicy(
+                    param_dtype=torch.bfloat16,
+                    reduce_dtype=torch.float32,
+                    cast_forward_inputs=False,
+                )
+            else:
+                policy = MixedPrecisionPolicy()
             for unit in self.method.fsdp_units(model):
-                fully_shard(unit)
-            sharded = fully_shard(model)
+                unit_frozen = {p for p in unit.parameters() if not p.requires_grad}
+                fully_shard(unit, mp_policy=policy, ignored_params=unit_frozen or None)
+            sharded = fully_shard(model, mp_policy=policy, ignored_params=frozen or None)
             if self.rank == 0:
-                self.log(f"drafter sharded with FSDP2 across {self.world} ranks")
+                dtype = "bf16 compute, fp32 reduce" if self.bf16 else "fp32"
+                self.log(f"drafter sharded with FSDP2 across {self.world} ranks ({dtype})")
             return sharded
         return torch.nn.parallel.DistributedDataParallel(model)
+
+    def _grad_sync(self, last: bool):
+        """Gradients are reduced across ranks once per optimizer step, on the last
+        micro-batch; the others accumulate locally."""
+        if self.world == 1:
+            return contextlib.nullcontext()
+        if self.sharded:
+            self.model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else self.model.no_sync()
 
     def _vocab(self, tmodel: TargetModel) -> dict:
         """Draft vocabulary over supervised tokens, cached in OUT keyed by the data (the full
@@ -255,16 +303,23 @@ class Trainer:
                 ).encode()
             ).hexdigest()[:16]
             cache = self.cfg.out / f"vocab-{key}.pt"
-            if cache.exists():
-                vocab = torch.load(cache, weights_only=True)
-            else:
+            # Rank 0 counts and writes (to a temporary name, renamed: never read half
+            # written); the other ranks read it after the barrier.
+            if self.rank == 0 and not cache.exists():
                 counts = token_counts(
                     ((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size
                 )
                 vocab = choose_draft_vocab(counts, self.cfg.draft_vocab)
-                if self.rank == 0:
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    torch.save(vocab, cache)
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache.with_suffix(f".tmp{os.getpid()}")
+                torch.save(vocab, tmp)
+                os.replace(tmp, cache)
+            else:
+                vocab = None
+            if self.world > 1:
+                dist.barrier()
+            if vocab is None:
+                vocab = torch.load(cache, weights_only=True)
         if self.method.uses_draft_vocab() and self.rank == 0:
             self.log(
                 f"draft vocabulary: {vocab['draft_vocab_size']} of {self.target.vocab_size} "
@@ -333,14 +388,11 @@ class Trainer:
         totals = [[0.0, 0, 0, 0] for _ in range(self.slots)]
         loss_value = 0.0
         head = self.target.head()
-        for prep, seqs in prepared:
+        for m, (prep, seqs) in enumerate(prepared):
             aux, final = self._target_outputs(prep.input_ids, seqs)
-            autocast = (
-                torch.autocast("cuda", dtype=torch.bfloat16)
-                if self.device.startswith("cuda")
-                else torch.autocast("cpu", enabled=False)
-            )
-            with autocast:
+            kind = "cuda" if self.device.startswith("cuda") else "cpu"
+            autocast = torch.autocast(kind, dtype=torch.bfloat16, enabled=self.bf16)
+            with autocast, self._grad_sync(last=m == len(prepared) - 1):
                 loss, stats = self.method.loss(
                     self.model,
                     self.raw_model,
@@ -350,7 +402,7 @@ class Trainer:
                     normalizer=counts.tolist(),
                     train_cfg=cfg,
                 )
-            (loss * scale).backward()
+                (loss * scale).backward()
             loss_value += float(loss.detach())
             for k, st in enumerate(stats):
                 totals[k][0] += st.loss_sum
@@ -408,18 +460,31 @@ class Trainer:
         return history
 
     def save_checkpoint(self) -> None:
-        # Gathering FSDP2 shards is a collective: every rank joins, rank 0 writes.
-        gathered = full_state(self.raw_model, self.optimizer, self.sharded)
-        if self.rank != 0:
-            return
-        save_checkpoint(
+        # A collective: every rank writes its own shard, rank 0 commits and prunes.
+        config = {
+            "method": self.raw_model.config.method,
+            **self.raw_model.config.to_dict(),
+            "eyas_version": __version__,
+            "target_dir": str(self.cfg.target),
+            "vocab": self.vocab_info,
+        }
+        state = {
+            "step": self.step,
+            "batches_done": self.batches_done,
+            "world_size": self.world,
+            "fsdp": self.sharded,
+            "eyas_version": __version__,
+        }
+        save_sharded(
             self.ckpt_root,
             self.step,
             self.raw_model,
             self.optimizer,
             self.scheduler,
-            {"step": self.step, "batches_done": self.batches_done, "eyas_version": __version__},
-            gathered,
+            state,
+            config,
+            self.cfg.keep_last,
+            self.rank,
         )
 
     def finish(self) -> Path:
@@ -427,6 +492,15 @@ class Trainer:
         out = self.cfg.out / "drafter"
         weights, _ = full_state(self.raw_model, None, self.sharded)  # collective under FSDP2
         if self.rank == 0:
+            # the frozen target tensors as the target has them, not the bf16 copies FSDP2
+            # training held (the export's validator compares the embedding with the target's)
+            source = {
+                "embed_tokens.weight": self.target.embedding,
+                "lm_head.weight": self.target.head,
+            }
+            for name in frozen_names(self.raw_model):
+                if name in source and weights[name].dtype == torch.bfloat16:
+                    weights[name] = source[name]().detach().float().cpu()
             save_drafter(
                 self.raw_model,
                 out,

@@ -13,6 +13,7 @@ from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
 from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DraftMethod,
     Prepared,
@@ -200,7 +201,8 @@ class DFlashMethod(DraftMethod):
         train_cfg: Any,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         anchors, valid = prepared.extra["anchors"], prepared.extra["valid"]
-        states = model(prepared.input_ids, aux, anchors)
+        ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
+        states = model(prepared.input_ids, aux, anchors, checkpoint_layers=ac)
         return block_loss(
             states,
             teacher,
