@@ -172,6 +172,52 @@ def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict
     return rows, read_json_object(manifest_path)
 
 
+@dataclass
+class ShardArrays:
+    """One shard's index as arrays (what training keeps; the states stay on disk)."""
+
+    path: Path
+    ids: list[str]
+    datasets: list[str]
+    offsets: np.ndarray  # [n + 1] int64
+    input_ids: np.ndarray  # [tokens] int32
+    loss_mask: np.ndarray  # [tokens] int8
+
+
+def read_shard_arrays(path: Path) -> ShardArrays:
+    meta = _metadata(path)
+    ids, datasets = _listed(path, meta, "ids"), _listed(path, meta, "datasets")
+    with safe_open(str(path), "np") as st:
+        missing = {"offsets", "input_ids", "loss_mask", "hidden_states"} - set(st.keys())
+        if missing:
+            raise EyasError("invalid_capture", f"{path}: no tensor(s) {sorted(missing)}")
+        offsets = st.get_tensor("offsets").astype(np.int64)
+        input_ids = st.get_tensor("input_ids").astype(np.int32, copy=False)
+        mask = st.get_tensor("loss_mask")
+    if len(offsets) != len(ids) + 1 or len(datasets) != len(ids):
+        raise EyasError(
+            "invalid_capture", f"{path}: {len(ids)} ids for {len(offsets) - 1} offset rows"
+        )
+    if offsets[-1] != len(input_ids) or len(mask) != len(input_ids):
+        raise EyasError(
+            "invalid_capture", f"{path}: offsets end at {offsets[-1]} of {len(input_ids)} tokens"
+        )
+    return ShardArrays(path, ids, datasets, offsets, input_ids, mask)
+
+
+def read_capture_arrays(capture_dir: str | Path) -> tuple[list[ShardArrays], dict]:
+    """`read_capture_index` as arrays, one entry per shard: what training holds for 600k
+    samples (a few bytes per token) instead of two Python lists per sample."""
+    capture_dir = Path(capture_dir)
+    manifest_path = capture_dir / "manifest.json"
+    if not capture_dir.is_dir() or not manifest_path.exists():
+        raise EyasError("no_input", f"{capture_dir} is not an eyas capture (no manifest.json)")
+    shards = [read_shard_arrays(path) for path in capture_shards(capture_dir)]
+    if not shards:
+        raise EyasError("no_input", f"{capture_dir} holds no captured shards")
+    return shards, read_json_object(manifest_path)
+
+
 class StateReader:
     """Reads captured rows ([T, L, H] slices) without loading whole shards."""
 

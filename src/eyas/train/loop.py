@@ -57,9 +57,9 @@ from eyas.train.data import (
     check_token_ids,
     load_captured_sequences,
     load_sequences,
-    make_batches,
 )
 from eyas.train.metrics import MetricsWriter, acceptance_estimate, truncate_metrics
+from eyas.train.plan import FILLER_TOKENS, BatchPlan
 from eyas.train.target import CapturedTarget, OnlineTarget
 
 
@@ -117,6 +117,7 @@ class Trainer:
                 f"{self.data_report.as_dict()}",
             )
         check_token_ids(self.seqs, tmodel.vocab_size, cfg.hidden_states or cfg.data)
+        self.plan = BatchPlan(self.seqs.lengths, cfg.batch_tokens, cfg.seed)
         if cfg.capture_ahead:
             from eyas.capture.run import capture_layers
 
@@ -251,7 +252,7 @@ class Trainer:
         else:
             key = hashlib.sha256(
                 json.dumps(
-                    [self.cfg.draft_vocab, self.target.vocab_size, [s.id for s in self.seqs]]
+                    [self.cfg.draft_vocab, self.target.vocab_size, self.seqs.sample_ids()]
                 ).encode()
             ).hexdigest()[:16]
             cache = self.cfg.out / f"vocab-{key}.pt"
@@ -259,7 +260,7 @@ class Trainer:
                 vocab = torch.load(cache, weights_only=True)
             else:
                 counts = token_counts(
-                    ((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size
+                    [(self.seqs.tokens, self.seqs.supervised)], self.target.vocab_size
                 )
                 vocab = choose_draft_vocab(counts, self.cfg.draft_vocab)
                 if self.rank == 0:
@@ -285,28 +286,25 @@ class Trainer:
     # -- train ----------------------------------------------------------------------------------
 
     def _global_batch(self, position: int) -> list[int]:
-        epoch_batches = make_batches(
-            self.seqs, self.cfg.batch_tokens, self.cfg.seed, position // max(1, self._epoch_len())
-        )
-        return epoch_batches[position % len(epoch_batches)]
+        return self.plan.batch(position).tolist()
 
     def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
-        """This rank's share of global batch `position`, and its loss weight. A rank left
-        without sequences still runs one (weight 0) so DDP's collective backward matches."""
-        batch = self._global_batch(position)
-        mine = [self.seqs[i] for i in batch[self.rank :: self.world]]
+        """This rank's token-balanced share of global batch `position`, and its loss weight. A
+        rank left without sequences runs a short prefix at weight 0 so DDP's collective
+        backward matches."""
+        mine = [self.seqs[i] for i in self.plan.share(position, self.rank, self.world).tolist()]
+        weight = 1.0
+        if not mine:
+            s = self.seqs[self.plan.filler(position)]
+            n = min(len(s.ids), FILLER_TOKENS)
+            mine, weight = [replace(s, ids=s.ids[:n], supervised=[0] * n)], 0.0
         if self.stream is not None:  # this batch's states, from the spool
             rows = self.stream.rows(position)
             mine = [replace(s, source=rows[s.id]) for s in mine]
-            if not mine:
-                mine = [replace(self.seqs[batch[0]], source=rows[self.seqs[batch[0]].id])]
-                return mine, 0.0
-        return (mine, 1.0) if mine else ([self.seqs[batch[0]]], 0.0)
+        return mine, weight
 
     def _epoch_len(self) -> int:
-        if not hasattr(self, "_len"):
-            self._len = len(make_batches(self.seqs, self.cfg.batch_tokens, self.cfg.seed, 0))
-        return self._len
+        return self.plan.epoch_len
 
     def _target_outputs(self, ids: torch.Tensor, seqs: list[Sequence]):
         """aux hidden states [B, T, 3H] and final hidden states [B, T, H] of the target (a
@@ -316,6 +314,10 @@ class Trainer:
     def _train_step(self) -> dict:
         cfg = self.cfg
         micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
+        prefetch = getattr(self.target, "prefetch", None)
+        if prefetch is not None and self.stream is None:  # read ahead: this step, the next
+            for seqs, _ in [*micro, self._batch_at(self.batches_done + cfg.grad_accum)]:
+                prefetch(seqs)
         # Normaliser per drafted slot: trained positions over all micro-batches and ranks.
         counts = torch.zeros(self.slots, dtype=torch.float64)
         prepared = []
@@ -450,11 +452,12 @@ class Trainer:
             )
         return out
 
-    def cleanup(self) -> None:
+    def cleanup(self, failed: bool = False) -> None:
         if getattr(self, "stream", None) is not None:
             self.stream.stop(finished=self.step >= self.cfg.steps)
         if self.world > 1 and dist.is_initialized():
-            dist.barrier()
+            if not failed:  # a failed rank must not wait for ranks that may never arrive
+                dist.barrier()
             dist.destroy_process_group()
 
 
@@ -465,9 +468,12 @@ def run_train(
 ) -> Path:
     cfg.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, log)
-    trainer.setup()
-    try:
+    failed = True
+    try:  # a failed setup also leaves the process group
+        trainer.setup()
         trainer.train(on_step)
-        return trainer.finish()
+        out = trainer.finish()
+        failed = False
+        return out
     finally:
-        trainer.cleanup()
+        trainer.cleanup(failed)
