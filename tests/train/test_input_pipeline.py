@@ -151,3 +151,42 @@ def test_a_failed_setup_leaves_the_process_group(tmp_path, toy_tiny, monkeypatch
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_the_budget_scales_as_its_formula_says():
+    from eyas.train.budget import estimate, kimi_table
+
+    kw = dict(
+        hidden=64,
+        n_aux=3,
+        steps=3,
+        layer_params=1000,
+        head_params=500,
+        fc_params=200,
+        frozen_params=4000,
+        frozen_bytes=8000,
+        teacher_head_params=2000,
+        tokens_per_rank=100,
+        peak_flops=1e12,
+    )
+    one = estimate(world=1, fsdp=True, **kw)
+    four = estimate(world=4, fsdp=True, **kw)
+    ddp = estimate(world=4, fsdp=False, **kw)
+    assert one.trainable_gb == pytest.approx(16 * 1700 / 1e9, abs=0.01)
+    assert four.trainable_gb == pytest.approx(one.trainable_gb / 4, abs=0.01)
+    assert ddp.trainable_gb == one.trainable_gb and ddp.frozen_gb == four.frozen_gb
+    assert one.gflop_per_token == round((6 * 1500 * 3 + 6 * 200 + 2 * 2000) / 1e9, 1)
+    assert four.tokens_per_s == pytest.approx(4 * one.tokens_per_s, rel=1e-3)
+    rows = kimi_table()
+    assert [r["world"] for r in rows] == [1, 8, 16]
+    assert rows[0]["trainable_params"] == 1_058_000_000
+
+
+def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_samples):
+    from eyas.train.loop import Trainer
+
+    lines = []
+    trainer = Trainer(toy_train_config(toy_tiny, tmp_path / "o", data=toy_samples), lines.append)
+    trainer.setup()
+    line = next(x for x in lines if x.startswith("memory estimate per GPU"))
+    assert "trainable state" in line and "3,000 tokens" in line

@@ -45,6 +45,7 @@ from eyas.drafter.vocab import choose_draft_vocab, token_counts
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
+from eyas.train.budget import trainer_budget
 from eyas.train.checkpoint import (
     full_state,
     latest_checkpoint,
@@ -152,6 +153,18 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
         self.slots = self.method.num_slots(dcfg, cfg)
+        if self.rank == 0:  # what the run will need, before it runs
+            budget = trainer_budget(
+                self.raw_model,
+                self.target.head(),
+                len(self.target.aux_layers),
+                self.slots,
+                -(-cfg.batch_tokens // self.world),
+                self.world,
+                cfg.fsdp,
+                self.device,
+            )
+            self.log(budget.line())
         self.step = 0
         self.batches_done = 0
         self.ckpt_root = cfg.out / "checkpoints"
