@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,18 +174,16 @@ def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict
 
 
 @dataclass
-class ShardArrays:
-    """One shard's index as arrays (what training keeps; the states stay on disk)."""
+class ShardOffsets:
+    """One shard's samples without their tokens (read later, with `read_shard_tokens`)."""
 
     path: Path
     ids: list[str]
     datasets: list[str]
     offsets: np.ndarray  # [n + 1] int64
-    input_ids: np.ndarray  # [tokens] int32
-    loss_mask: np.ndarray  # [tokens] int8
 
 
-def read_shard_arrays(path: Path) -> ShardArrays:
+def read_shard_offsets(path: Path) -> ShardOffsets:
     meta = _metadata(path)
     ids, datasets = _listed(path, meta, "ids"), _listed(path, meta, "datasets")
     with safe_open(str(path), "np") as st:
@@ -192,43 +191,54 @@ def read_shard_arrays(path: Path) -> ShardArrays:
         if missing:
             raise EyasError("invalid_capture", f"{path}: no tensor(s) {sorted(missing)}")
         offsets = st.get_tensor("offsets").astype(np.int64)
-        input_ids = st.get_tensor("input_ids").astype(np.int32, copy=False)
-        mask = st.get_tensor("loss_mask")
+        tokens = st.get_slice("input_ids").get_shape()[0]
+        masks = st.get_slice("loss_mask").get_shape()[0]
     if len(offsets) != len(ids) + 1 or len(datasets) != len(ids):
         raise EyasError(
             "invalid_capture", f"{path}: {len(ids)} ids for {len(offsets) - 1} offset rows"
         )
-    if offsets[-1] != len(input_ids) or len(mask) != len(input_ids):
+    if offsets[-1] != tokens or masks != tokens:
         raise EyasError(
-            "invalid_capture", f"{path}: offsets end at {offsets[-1]} of {len(input_ids)} tokens"
+            "invalid_capture", f"{path}: offsets end at {offsets[-1]} of {tokens} tokens"
         )
-    return ShardArrays(path, ids, datasets, offsets, input_ids, mask)
+    return ShardOffsets(path, ids, datasets, offsets)
 
 
-def read_capture_arrays(capture_dir: str | Path) -> tuple[list[ShardArrays], dict]:
-    """`read_capture_index` as arrays, one entry per shard: what training holds for 600k
-    samples (a few bytes per token) instead of two Python lists per sample."""
+def read_shard_tokens(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's token ids (int32) and loss mask (int8), all samples back to back."""
+    with safe_open(str(path), "np") as st:
+        return st.get_tensor("input_ids"), st.get_tensor("loss_mask")
+
+
+def read_capture_index_arrays(capture_dir: str | Path) -> tuple[list[ShardOffsets], dict]:
+    """What training indexes a capture from: per shard, the sample ids and offsets (the
+    tokens are read once, into the packed index; the states stay on disk)."""
     capture_dir = Path(capture_dir)
     manifest_path = capture_dir / "manifest.json"
     if not capture_dir.is_dir() or not manifest_path.exists():
         raise EyasError("no_input", f"{capture_dir} is not an eyas capture (no manifest.json)")
-    shards = [read_shard_arrays(path) for path in capture_shards(capture_dir)]
+    shards = [read_shard_offsets(path) for path in capture_shards(capture_dir)]
     if not shards:
         raise EyasError("no_input", f"{capture_dir} holds no captured shards")
     return shards, read_json_object(manifest_path)
 
 
 class StateReader:
-    """Reads captured rows ([T, L, H] slices) without loading whole shards."""
+    """Reads captured rows ([T, L, H] slices) without loading whole shards. Shards stay open
+    (least recently used closed first): a shuffled batch touches many shards, and reopening
+    one parses its header, every sample id included."""
 
-    def __init__(self) -> None:
-        self._open: dict[Path, object] = {}
+    def __init__(self, max_open: int = 512) -> None:
+        self._open: OrderedDict[Path, object] = OrderedDict()
+        self.max_open = max_open
 
     def read(self, row: CapturedRow, length: int | None = None) -> torch.Tensor:
         handle = self._open.get(row.shard)
         if handle is None:
-            if len(self._open) > 16:
-                self._open.clear()
+            while len(self._open) >= self.max_open:
+                self._open.popitem(last=False)
             handle = self._open[row.shard] = safe_open(str(row.shard), "pt")
+        else:
+            self._open.move_to_end(row.shard)
         end = row.end if length is None else row.start + length
         return handle.get_slice("hidden_states")[row.start : end]

@@ -8,7 +8,7 @@ sent and sampled. `supervised[k] = 1` iff token k is a generated token the draft
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from eyas.errors import EyasError
 from eyas.store import load_table, select_trainable
-from eyas.store.captures import CapturedRow, read_capture_arrays
+from eyas.store.captures import CapturedRow, read_capture_index_arrays, read_shard_tokens
 
 
 @dataclass
@@ -58,8 +58,9 @@ class SequenceIndex:
 
     def __init__(
         self,
-        sample_ids: list[str],
-        datasets: list[str],
+        sample_ids: np.ndarray,  # fixed-width utf-8 bytes
+        dataset_names: list[str],
+        dataset_codes: np.ndarray,
         offsets: np.ndarray,
         tokens: np.ndarray,
         supervised: np.ndarray,
@@ -67,15 +68,13 @@ class SequenceIndex:
         shard_of: np.ndarray | None = None,
         row_start: np.ndarray | None = None,
     ):
-        # ids as one bytes array (fixed width), datasets as codes into a short name list
-        self._ids = np.array([s.encode() for s in sample_ids], dtype=bytes)
-        self.dataset_names = sorted(set(datasets))
-        code = {name: k for k, name in enumerate(self.dataset_names)}
-        self._dataset = np.array([code[d] for d in datasets], dtype=np.uint16)
+        self._ids = sample_ids
+        self.dataset_names = dataset_names
+        self._dataset = dataset_codes
         self.offsets = offsets.astype(np.int64, copy=False)
         self.lengths = np.diff(self.offsets).astype(np.int32)
-        self.tokens = tokens.astype(np.int32, copy=False)
-        self.supervised = supervised.astype(np.uint8, copy=False)
+        self.tokens = tokens
+        self.supervised = supervised
         self.shards = shards
         self.shard_of = shard_of
         self.row_start = row_start
@@ -109,73 +108,91 @@ class SequenceIndex:
         return sum(a.nbytes for a in arrays if a is not None)
 
 
+@dataclass
+class _Chunk:
+    ids: np.ndarray  # kept sample ids, utf-8 bytes
+    datasets: np.ndarray  # kept samples' dataset codes
+    lengths: np.ndarray  # kept lengths after the policy
+    row_start: np.ndarray  # kept samples' first row in their chunk
+    take: np.ndarray | None  # token mask of what is kept (None: every token)
+    load: Callable[[], tuple[np.ndarray, np.ndarray]]  # (token ids, supervision) of the chunk
+    shard: int | None
+
+
 class _Packer:
-    """Collects sequences chunk by chunk (a shard, or a run of samples) applying the length
-    policy to whole arrays, then concatenates once."""
+    """Two passes: the length policy on each chunk's offsets (a shard, or a run of samples),
+    then the tokens and masks read straight into arrays allocated once (no concatenation of
+    per-chunk copies, which left freed-but-resident memory behind)."""
 
     def __init__(self, max_len: int, length_policy: str, report: DataReport):
         if length_policy not in ("skip", "truncate"):
             raise ValueError("length_policy is 'skip' or 'truncate'")
         self.max_len, self.policy, self.report = max_len, length_policy, report
-        self.ids: list[str] = []
-        self.datasets: list[str] = []
-        self.lengths: list[np.ndarray] = []
-        self.tokens: list[np.ndarray] = []
-        self.sup: list[np.ndarray] = []
-        self.shard_of: list[np.ndarray] = []
-        self.row_start: list[np.ndarray] = []
+        self.chunks: list[_Chunk] = []
+        self.dataset_code: dict[str, int] = {}
 
     def add(
         self,
         ids: list[str],
         datasets: list[str],
         offsets: np.ndarray,
-        tokens: np.ndarray,
-        sup: np.ndarray,
+        load: Callable[[], tuple[np.ndarray, np.ndarray]],
         shard: int | None = None,
     ) -> None:
         lengths = np.diff(offsets)
-        keep = np.ones(len(lengths), dtype=bool)
         over = lengths > self.max_len
+        keep = ~over if self.policy == "skip" else np.ones(len(lengths), dtype=bool)
         if self.policy == "skip":
-            keep &= ~over
             self.report.excluded["over_max_len"] += int(over.sum())
         else:
             self.report.truncated += int(over.sum())
-        new_len = np.minimum(lengths, self.max_len)[keep]
-        if keep.all() and not over.any():
-            tok, msk = tokens, sup
-        else:  # keep each kept sequence's first new_len tokens
-            pos = np.arange(len(tokens)) - np.repeat(offsets[:-1], lengths)
+        take = None
+        if over.any():  # keep each kept sequence's first max_len tokens
+            pos = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
             limit = np.repeat(np.where(keep, np.minimum(lengths, self.max_len), 0), lengths)
             take = pos < limit
-            tok, msk = tokens[take], sup[take]
         kept = np.flatnonzero(keep)
-        self.ids += [ids[k] for k in kept]
-        self.datasets += [datasets[k] for k in kept]
-        self.lengths.append(new_len.astype(np.int64))
-        self.tokens.append(np.asarray(tok, dtype=np.int32))
-        self.sup.append(np.asarray(msk, dtype=np.uint8))
-        if shard is not None:
-            self.shard_of.append(np.full(len(kept), shard, dtype=np.int32))
-            self.row_start.append(offsets[:-1][kept].astype(np.int64))
+        codes = [self.dataset_code.setdefault(datasets[k], len(self.dataset_code)) for k in kept]
+        self.chunks.append(
+            _Chunk(
+                np.array([ids[k].encode() for k in kept], dtype=bytes),
+                np.array(codes, dtype=np.uint16),
+                np.minimum(lengths, self.max_len)[keep].astype(np.int64),
+                offsets[:-1][kept].astype(np.int64),
+                take,
+                load,
+                shard,
+            )
+        )
 
     def finish(self, shards: list[Path] | None = None) -> SequenceIndex:
-        def cat(parts: list[np.ndarray], dtype) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-        lengths = cat(self.lengths, np.int64)
+        lengths = np.concatenate([np.zeros(0, np.int64), *(c.lengths for c in self.chunks)])
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        tokens = np.empty(int(offsets[-1]), dtype=np.int32)
+        sup = np.empty(int(offsets[-1]), dtype=np.uint8)
+        at = 0
+        for c in self.chunks:
+            chunk_ids, chunk_sup = c.load()
+            if c.take is not None:
+                chunk_ids, chunk_sup = chunk_ids[c.take], chunk_sup[c.take]
+            n = len(chunk_ids)
+            tokens[at : at + n], sup[at : at + n] = chunk_ids, chunk_sup
+            at += n
+        width = max((c.ids.itemsize for c in self.chunks if len(c.ids)), default=1)
         index = SequenceIndex(
-            self.ids,
-            self.datasets,
+            np.concatenate([np.zeros(0, f"S{width}"), *(c.ids for c in self.chunks)]),
+            list(self.dataset_code),
+            np.concatenate([np.zeros(0, np.uint16), *(c.datasets for c in self.chunks)]),
             offsets,
-            cat(self.tokens, np.int32),
-            cat(self.sup, np.uint8),
+            tokens,
+            sup,
             shards,
-            cat(self.shard_of, np.int32) if shards is not None else None,
-            cat(self.row_start, np.int64) if shards is not None else None,
+            np.concatenate([np.full(len(c.ids), c.shard, np.int32) for c in self.chunks])
+            if shards is not None
+            else None,
+            np.concatenate([c.row_start for c in self.chunks]) if shards is not None else None,
         )
+        self.chunks = []
         self.report.used = len(index)
         self.report.lengths = index.lengths
         return index
@@ -208,12 +225,15 @@ def load_sequences(
             sup += [np.zeros(len(prompt), np.uint8), table.supervised(i).astype(np.uint8)]
             lengths.append(len(prompt) + len(output))
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        arrays = (
+            np.concatenate(tokens) if tokens else np.zeros(0, np.int32),
+            np.concatenate(sup) if sup else np.zeros(0, np.uint8),
+        )
         packer.add(
             [table.ids[i] for i in chunk],
             [table.dataset[i] for i in chunk],
             offsets,
-            np.concatenate(tokens) if tokens else np.zeros(0, np.int32),
-            np.concatenate(sup) if sup else np.zeros(0, np.uint8),
+            lambda arrays=arrays: arrays,
         )
     return packer.finish(), report
 
@@ -223,12 +243,15 @@ def load_captured_sequences(
 ) -> tuple[SequenceIndex, DataReport, dict]:
     """Sequences of an `eyas capture` (which applied the store's training rule when it
     captured), with the same length policy as training from samples."""
-    shards, manifest = read_capture_arrays(capture_dir)
+    shards, manifest = read_capture_index_arrays(capture_dir)
     report = DataReport(loaded=sum(len(s.ids) for s in shards))
     report.excluded.update(manifest.get("excluded") or {})
     packer = _Packer(max_len, length_policy, report)
     for k, shard in enumerate(shards):
-        packer.add(shard.ids, shard.datasets, shard.offsets, shard.input_ids, shard.loss_mask, k)
+        packer.add(
+            shard.ids, shard.datasets, shard.offsets, lambda p=shard.path: read_shard_tokens(p), k
+        )
+        shard.ids = shard.datasets = []  # packed now; the strings need not stay resident
     return packer.finish([s.path for s in shards]), report, manifest
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from eyas.errors import EyasError
-from eyas.hf_models import load_frozen_lm, target_model
+from eyas.hf_models import TargetModel, load_frozen_lm, target_model
 from eyas.store.captures import StateReader
 
 
@@ -81,8 +81,10 @@ class CapturedTarget:
     """The target's states from an `eyas capture` directory (its aux layers, then the last);
     nothing but three named tensors of the checkpoint is loaded."""
 
-    def __init__(self, model_dir: str | Path, manifest: dict, device: str = "cpu"):
-        target = target_model(model_dir)
+    def __init__(self, model_dir: str | Path | TargetModel, manifest: dict, device: str = "cpu"):
+        # the target already read by the trainer, or its directory
+        target = model_dir if isinstance(model_dir, TargetModel) else target_model(model_dir)
+        model_dir = target.dir
         self.num_layers = target.num_layers
         self.hidden_size = target.hidden_size
         self.eps = target.rms_norm_eps
