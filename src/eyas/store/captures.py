@@ -210,6 +210,26 @@ def read_shard_tokens(path: Path) -> tuple[np.ndarray, np.ndarray]:
         return st.get_tensor("input_ids"), st.get_tensor("loss_mask")
 
 
+def read_shard_tokens_into(path: Path, ids_out: np.ndarray, mask_out: np.ndarray) -> None:
+    """Read a shard's `input_ids` (I32) and `loss_mask` (I8) straight into the given arrays
+    (same lengths, int32 and uint8): no per-shard copy, whose freed memory would stay resident
+    between the arrays that are kept. The safetensors layout: an 8-byte little-endian header
+    size, the JSON header with each tensor's dtype and byte range, then the data."""
+    with path.open("rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        for name, dtype, out in (("input_ids", "I32", ids_out), ("loss_mask", "I8", mask_out)):
+            info = header.get(name) or {}
+            start, end = info.get("data_offsets", (0, -1))
+            if info.get("dtype") != dtype or end - start != out.nbytes:
+                raise EyasError(
+                    "invalid_capture", f"{path}: {name} is not {dtype} of {len(out)} tokens"
+                )
+            f.seek(8 + size + start)
+            if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+                raise EyasError("invalid_capture", f"{path}: {name} is cut short")
+
+
 def read_capture_index_arrays(capture_dir: str | Path) -> tuple[list[ShardOffsets], dict]:
     """What training indexes a capture from: per shard, the sample ids and offsets (the
     tokens are read once, into the packed index; the states stay on disk)."""

@@ -16,7 +16,12 @@ import numpy as np
 
 from eyas.errors import EyasError
 from eyas.store import load_table, select_trainable
-from eyas.store.captures import CapturedRow, read_capture_index_arrays, read_shard_tokens
+from eyas.store.captures import (
+    CapturedRow,
+    read_capture_index_arrays,
+    read_shard_tokens,
+    read_shard_tokens_into,
+)
 
 
 @dataclass
@@ -117,6 +122,8 @@ class _Chunk:
     take: np.ndarray | None  # token mask of what is kept (None: every token)
     load: Callable[[], tuple[np.ndarray, np.ndarray]]  # (token ids, supervision) of the chunk
     shard: int | None
+    # reads the chunk's tokens and supervision straight into two arrays (nothing cut only)
+    load_into: Callable[[np.ndarray, np.ndarray], None] | None = None
 
 
 class _Packer:
@@ -138,6 +145,7 @@ class _Packer:
         offsets: np.ndarray,
         load: Callable[[], tuple[np.ndarray, np.ndarray]],
         shard: int | None = None,
+        load_into: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> None:
         lengths = np.diff(offsets)
         over = lengths > self.max_len
@@ -162,6 +170,7 @@ class _Packer:
                 take,
                 load,
                 shard,
+                load_into,
             )
         )
 
@@ -172,6 +181,11 @@ class _Packer:
         sup = np.empty(int(offsets[-1]), dtype=np.uint8)
         at = 0
         for c in self.chunks:
+            if c.take is None and c.load_into is not None:
+                n = int(c.lengths.sum())
+                c.load_into(tokens[at : at + n], sup[at : at + n])
+                at += n
+                continue
             chunk_ids, chunk_sup = c.load()
             if c.take is not None:
                 chunk_ids, chunk_sup = chunk_ids[c.take], chunk_sup[c.take]
@@ -249,7 +263,12 @@ def load_captured_sequences(
     packer = _Packer(max_len, length_policy, report)
     for k, shard in enumerate(shards):
         packer.add(
-            shard.ids, shard.datasets, shard.offsets, lambda p=shard.path: read_shard_tokens(p), k
+            shard.ids,
+            shard.datasets,
+            shard.offsets,
+            lambda p=shard.path: read_shard_tokens(p),
+            k,
+            lambda ids, sup, p=shard.path: read_shard_tokens_into(p, ids, sup),
         )
         shard.ids = shard.datasets = []  # packed now; the strings need not stay resident
     return packer.finish([s.path for s in shards]), report, manifest
