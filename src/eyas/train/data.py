@@ -146,16 +146,19 @@ class _Packer:
         load: Callable[[], tuple[np.ndarray, np.ndarray]],
         shard: int | None = None,
         load_into: Callable[[np.ndarray, np.ndarray], None] | None = None,
+        duplicate: np.ndarray | None = None,
     ) -> None:
+        """`duplicate`: samples left out as already packed (not counted as excluded)."""
         lengths = np.diff(offsets)
-        over = lengths > self.max_len
-        keep = ~over if self.policy == "skip" else np.ones(len(lengths), dtype=bool)
+        unique = np.ones(len(lengths), dtype=bool) if duplicate is None else ~duplicate
+        over = (lengths > self.max_len) & unique
+        keep = unique & ~over if self.policy == "skip" else unique
         if self.policy == "skip":
             self.report.excluded["over_max_len"] += int(over.sum())
         else:
             self.report.truncated += int(over.sum())
         take = None
-        if over.any():  # keep each kept sequence's first max_len tokens
+        if over.any() or not unique.all():  # keep each kept sequence's first max_len tokens
             pos = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
             limit = np.repeat(np.where(keep, np.minimum(lengths, self.max_len), 0), lengths)
             take = pos < limit
@@ -258,7 +261,7 @@ def load_captured_sequences(
     """Sequences of an `eyas capture` (which applied the store's training rule when it
     captured), with the same length policy as training from samples."""
     shards, manifest = read_capture_index_arrays(capture_dir)
-    report = DataReport(loaded=sum(len(s.ids) for s in shards))
+    report = DataReport(loaded=sum(int((~s.duplicate).sum()) for s in shards))
     report.excluded.update(manifest.get("excluded") or {})
     packer = _Packer(max_len, length_policy, report)
     for k, shard in enumerate(shards):
@@ -269,6 +272,7 @@ def load_captured_sequences(
             lambda p=shard.path: read_shard_tokens(p),
             k,
             lambda ids, sup, p=shard.path: read_shard_tokens_into(p, ids, sup),
+            shard.duplicate,
         )
         shard.ids = shard.datasets = []  # packed now; the strings need not stay resident
     return packer.finish([s.path for s in shards]), report, manifest
