@@ -186,3 +186,18 @@ def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_sam
     trainer.setup()
     line = next(x for x in lines if x.startswith("memory estimate per GPU"))
     assert "trainable state" in line and "3,000 tokens" in line
+
+
+def test_an_id_two_jobs_captured_is_packed_once(tmp_path):
+    cap = tmp_path / "cap"
+    for names in (["a", "b"], ["b", "c"]):
+        writer = CaptureWriter(cap, shard_size=10, dtype=torch.bfloat16)
+        for name in names:
+            writer.add(name, "d", torch.zeros(4, 4, 8), [5, 6, 7, 8], [0, 1, 1, 1])
+        writer.flush()
+    (cap / "manifest.json").write_text(json.dumps({"aux_layers": [1, 2, 3], "excluded": {}}))
+    seqs, report, _ = load_captured_sequences(cap, 1024)
+    assert sorted(seqs.sample_ids()) == ["a", "b", "c"] and report.loaded == 3
+    first = capture_shards(cap)[0]  # both shards hold "b": the first in part-name order wins
+    assert seqs[seqs.sample_ids().index("b")].source.shard == first
+    assert seqs.tokens.tolist() == [5, 6, 7, 8] * 3
