@@ -62,10 +62,12 @@ from eyas.store.runs import (
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def capture_layers(target: Path, aux_layers: list[int] | None) -> tuple[list[int], TargetModel]:
+def capture_layers(
+    target: Path, aux_layers: list[int] | None, model: TargetModel | None = None
+) -> tuple[list[int], TargetModel]:
     """(aux ids + [N], the target): HF `hidden_states` indices; the last is the final layer
-    before its norm."""
-    model = target_model(target)
+    before its norm. `model`: the target already read (its directory is not read again)."""
+    model = model or target_model(target)
     depth = model.num_layers
     eagle3 = get_method("eagle3")  # a capture stores EAGLE-3's three layers (DFlash fuses them)
     aux = aux_layers or eagle3.default_aux_layers(depth)
