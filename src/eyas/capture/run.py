@@ -202,7 +202,7 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
     layers, target = capture_layers(cfg.target, cfg.aux_layers)
     table = load_table(cfg.data)
     quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
-    keep, excluded = select_trainable(table, cfg.include_truncated, quarantined)
+    keep, excluded = select_trainable(table, cfg.truncated, quarantined)
     cfg.out.mkdir(parents=True, exist_ok=True)
     done = captured_ids(cfg.out)
     jobs = []
