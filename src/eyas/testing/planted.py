@@ -193,8 +193,11 @@ def repetition_loop(w: World, v: int) -> Planted:
 
 
 def healthy_cut(w: World, v: int) -> Sample:
-    """A long answer cut at max_new_tokens: a warning, trained, never quarantined."""
-    s = w.pick(v, lambda s: len(s.output_ids) > 6 and not _reasoned(s))
+    """A long answer cut at max_new_tokens: a warning, trained, never quarantined (one per
+    dataset: a few cut outputs are no systemic truncation)."""
+    names = sorted({s.dataset for s in w.clean})
+    name = names[v % len(names)]
+    s = w.pick(v, lambda s: s.dataset == name and len(s.output_ids) > 6 and not _reasoned(s))
     cap = len(s.output_ids) - 2
     s.output_ids, s.finish_reason, s.matched_stop = s.output_ids[:cap], "length", None
     s.sampling = {**s.sampling, "max_new_tokens": cap}
