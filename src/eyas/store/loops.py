@@ -61,9 +61,9 @@ def find_loop(ids, drop_last: bool = False) -> Loop | None:
         return None
     w = x[-min(n, MAX_PERIOD * MIN_COUNTED_REPEATS + MIN_COUNTED_TOKENS) :]
     m = len(w)
-    # candidate periods: earlier positions of the last id (a counter never ends a copy in
-    # the middle of a word, so the last id recurs one period back in both kinds of loop)
-    for p in (m - 1 - np.nonzero(w[:-1] == w[-1])[0])[::-1].tolist():
+    # candidate periods: earlier positions of the last two ids (both recur one period back in
+    # a loop, unless max_new_tokens cut it just after a counter)
+    for p in (m - 1 - np.nonzero((w[1:-1] == w[-1]) & (w[:-2] == w[-2]))[0] - 1)[::-1].tolist():
         if p > MAX_PERIOD:
             break
         same = w[p:] == w[:-p]
