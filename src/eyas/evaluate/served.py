@@ -56,7 +56,7 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
-from eyas.backends.vllm.conventions import text_only_args
+from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
@@ -148,6 +148,7 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     args += text_only_args(target.wrapper)
     if not torch.cuda.is_available():
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
+        args += float32_mla_args(target.text, "float32")
     if drafter:
         spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
         args += ["--speculative-config", json.dumps(spec)]

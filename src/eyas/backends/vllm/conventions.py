@@ -104,6 +104,20 @@ def text_only_args(wrapper: bool) -> list[str]:
     return [TEXT_ONLY_FLAG] if wrapper else []
 
 
+# vLLM's CPU platform serves an MLA model with AMX_MLA whenever the CPU has AMX tiles, unless
+# CPU_MLA is asked for (`vllm/platforms/cpu.py` `get_attn_backend_cls`); AMX_MLA packs the
+# weights with `torch.ops._C.convert_weight_packed`, which refuses float32 ("expect weight to be
+# bfloat16, float16, int8, ...": `v1/attention/backends/mla/amx_mla.py`
+# `process_weights_after_loading`). A float32 MLA server (eyas's CPU precision) asks for the
+# reference CPU_MLA backend, which runs float32 on every x86 CPU.
+FLOAT32_MLA_ARGS = ["--attention-backend", "CPU_MLA"]
+
+
+def float32_mla_args(text_config: dict, dtype: str) -> list[str]:
+    """Server flags for serving an MLA target (`kv_lora_rank` in its text config) in float32."""
+    return FLOAT32_MLA_ARGS if dtype == "float32" and text_config.get("kv_lora_rank") else []
+
+
 def to_dflash_target_layer_ids(hf_ids: list[int]) -> list[int]:
     """`dflash_config.target_layer_ids` (a layer's output) for HF `hidden_states` indices."""
     return [int(i) - DFLASH_TARGET_LAYER_OFFSET for i in hf_ids]
