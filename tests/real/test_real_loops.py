@@ -1,5 +1,5 @@
 """Cut outputs of a real model (issue 29): SmolLM2-135M-Instruct, greedy, falls into repetition
-loops on some prompts (a poem about stillness, a haiku) and writes past a modest cap on others
+loops on some prompts (a poem about the sea, a haiku) and writes past a modest cap on others
 (code with explanations). Regenerated in process: the loops are quarantined as
 `repetition_loop`, the audit PASSes (two cut loops and one long answer in 16 are no systemic
 truncation), and training keeps the healthy cut output while never using a loop."""
@@ -18,14 +18,14 @@ from eyas.train.data import load_sequences
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
-CAP = 192
-# SmolLM2 loops on these, greedily, well within CAP (measured: period 7 from token 19, period
-# 49 from token 21)
+CAP = 160
+# SmolLM2 loops on these, greedily, well within CAP (measured: a 7-token verse from output
+# token 19; a 35-token couplet from token 28)
 LOOPING = (
     "Write a haiku about autumn.",
-    "Write a short poem about a moment of stillness.",
+    "Write a poem about the sea.",
 )
-LONG = "Write a Python function that adds two numbers."  # ~210 tokens, no loop: cut at CAP
+LONG = "Write a Python function that adds two numbers."  # 211 tokens, no loop: cut at CAP
 SHORT = (
     "What is the capital of France?",
     "What is 2 + 2?",
@@ -79,17 +79,28 @@ def regenerated(smollm2, tmp_path_factory):
     return out, by_prompt, table
 
 
+def _outputs(table, by_prompt) -> str:
+    """What SmolLM2 wrote, for a failure message (greedy outputs can change with its weights)."""
+    rows = {sid: i for i, sid in enumerate(table.ids)}
+    return "\n".join(
+        f"{p!r}: {table.finish_reason[rows[sid]]} {table.output.lengths[rows[sid]]} tokens"
+        for p, sid in by_prompt.items()
+    )
+
+
 def test_loops_are_quarantined_and_the_audit_passes(smollm2, regenerated, tmp_path):
     out, by_prompt, table = regenerated
     finish = dict(zip(table.ids, table.finish_reason))
-    assert [finish[by_prompt[p]] for p in (*LOOPING, LONG)] == ["length"] * 3
+    written = _outputs(table, by_prompt)
+    assert [finish[by_prompt[p]] for p in (*LOOPING, LONG)] == ["length"] * 3, written
+    assert [finish[by_prompt[p]] for p in SHORT] == ["stop"] * len(SHORT), written
     report = tmp_path / "audit.json"
     html = tmp_path / "audit.html"
     res = invoke("audit", out, "--model", smollm2, "--json", report, "--html", html)
     found = json.loads(report.read_text())
     loops = {by_prompt[p] for p in LOOPING}
     rows = [json.loads(x) for x in Path(found["quarantine_file"]).read_text().splitlines()]
-    assert {r["id"]: r["reason"] for r in rows} == dict.fromkeys(loops, "repetition_loop")
+    assert {r["id"]: r["reason"] for r in rows} == dict.fromkeys(loops, "repetition_loop"), written
     assert (found["verdict"], res.exit_code) == ("PASS", 0), found["findings"]
     reasons = {(f["check"], f["reason"]) for f in found["findings"]}
     assert ("truncation", "truncation_rate") not in reasons
@@ -98,7 +109,7 @@ def test_loops_are_quarantined_and_the_audit_passes(smollm2, regenerated, tmp_pa
     # the repeated span is in the report
     loop = next(f for f in found["findings"] if f["reason"] == "repetition_loop")
     assert set(loop["data"]["details"]) == loops
-    assert "stillness" in html.read_text()
+    assert "sea of dreams" in html.read_text()
 
 
 def test_training_uses_the_healthy_cut_output_and_no_loop(regenerated, tmp_path):
