@@ -1,8 +1,9 @@
 """Cut outputs of a real model (issue 29): SmolLM2-135M-Instruct, greedy, falls into repetition
 loops on some prompts (a poem about the sea, a haiku) and writes past a modest cap on others
 (code with explanations). Regenerated in process: the loops are quarantined as
-`repetition_loop`, the audit PASSes (two cut loops and one long answer in 16 are no systemic
-truncation), and training keeps the healthy cut output while never using a loop."""
+`repetition_loop`, the audit PASSes (two loops in 15 samples are within the quarantine
+share, one long answer is no systemic truncation), and training keeps the healthy cut output
+while never using a loop."""
 
 import json
 from pathlib import Path
@@ -29,7 +30,6 @@ LONG = "Write a Python function that adds two numbers."  # 211 tokens, no loop: 
 SHORT = (
     "What is the capital of France?",
     "What is 2 + 2?",
-    "Who wrote Romeo and Juliet?",
     "What is the chemical symbol for gold?",
     "How many days are in a week?",
     "What is the largest planet in our solar system?",
