@@ -354,8 +354,10 @@ class TrainConfig(_Strict):
     length_policy: Literal["skip", "truncate"] = Field(
         "skip", description="for sequences over max_len: skip them or keep their first max_len"
     )
-    include_truncated: bool = Field(
-        False, description="also train on outputs cut at max_new_tokens"
+    truncated: Literal["train", "skip"] = Field(
+        "train",
+        description="outputs cut at max_new_tokens that are not repetition loops: train on "
+        "them (the long tail) or skip them; loops are never trained",
     )
     quarantine: Path | None = Field(
         None, description="audit quarantine list (default: the one beside the data, if any)"
@@ -521,7 +523,9 @@ class CaptureConfig(_Strict):
         "errors; 0 never stops",
     )
     max_len: int | None = Field(None, ge=8, description="skip longer sequences (recorded)")
-    include_truncated: bool = False
+    truncated: Literal["train", "skip"] = Field(
+        "train", description="cut outputs that are not loops: capture them or skip them"
+    )
     quarantine: Path | None = None
     include_quarantined: bool = False
     force: bool = Field(False, description="capture even when the disk looks too small")
@@ -691,7 +695,11 @@ class AuditOptions(_Strict):
         None, ge=1, description="planned training/serving length (default: the model's context)"
     )
     truncation_error_rate: float = Field(
-        0.05, ge=0, le=1, description="share of outputs cut at max_new_tokens that is an error"
+        0.05,
+        ge=0,
+        le=1,
+        description="share of outputs cut at max_new_tokens (loops aside) that is an error "
+        "(95% lower bound)",
     )
     decode_sample: Annotated[int, Field(ge=1)] | Literal["all"] = Field(
         2000, description="samples per dataset for the checks that decode, or all"
@@ -800,7 +808,9 @@ class ExportSamplesConfig(_Strict):
     input: Path = Field(description="stage dir, Parquet or sample JSONL")
     format: SampleFormat = Field(description="the trainer that reads the samples")
     out: Path = Field(description="output JSONL")
-    include_truncated: bool = Field(False, description="also outputs cut at max_new_tokens")
+    truncated: Literal["train", "skip"] = Field(
+        "train", description="cut outputs that are not loops: export them or skip them"
+    )
     quarantine: Path | None = Field(
         None, description="audit quarantine list (default: the one beside the data, if any)"
     )

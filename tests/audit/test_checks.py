@@ -203,10 +203,8 @@ def test_repetition_and_context_length(tmp_path, world, kimi_dir):
     long.output_ids = long.output_ids[:-1] + [100, 200, 300] * longest + long.output_ids[-1:]
     rep.id, long.id = rep.id + "-rep", long.id + "-long"
     result = audit(tmp_path, [*world.clean, rep, long], kimi_dir, max_len=longest + 10)
-    assert fired(result, "repetition", "degenerate_loop", "warning")[0].examples[0] in {
-        rep.id,
-        long.id,
-    }
+    # 30 tokens of a 3-token pattern before the stop token: under the 48-token loop threshold
+    assert fired(result, "repetition", "repetition_loop", "error")[0].examples == [long.id]
     assert fired(result, "context-length", "over_context_length")[0].examples == [long.id]
 
 

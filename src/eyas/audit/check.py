@@ -10,6 +10,7 @@ tokenizer, a renderer, the source messages), and `run(ctx, dataset, idx)` yields
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -28,6 +29,7 @@ class Hit:
     index: int  # row of the sample table
     severity: Severity
     reason: str
+    detail: str = ""  # what was found, for the report (e.g. the repeated span)
 
 
 @dataclass
@@ -94,3 +96,13 @@ CHECKS: dict[str, Check] = {}
 def register(cls: type[Check]) -> type[Check]:
     CHECKS[cls.name] = cls()
     return cls
+
+
+def share_lower_bound(k: int, n: int, z: float = 1.96) -> float:
+    """Wilson score lower bound of a proportion k/n (0 when k is 0)."""
+    if k <= 0 or n <= 0:
+        return 0.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from eyas.audit.check import Check, Hit, Systemic, register
+from eyas.audit.check import Check, Hit, Systemic, register, share_lower_bound
 from eyas.audit.context import AuditContext
+from eyas.store.loops import Loop, find_loop
 
 
 @register
@@ -35,27 +36,53 @@ class StopToken(Check):
                 yield Hit(i, "error", "missing_stop_token")
 
 
+def loops(ctx: AuditContext) -> dict[int, Loop]:
+    """Rows of the whole table whose output ends in a repetition loop (computed once per
+    audit; the repetition and truncation checks share it)."""
+    if "loops" not in ctx.cache:
+        t = ctx.table
+        found = {}
+        for i in range(len(t)):
+            loop = find_loop(t.output.row(i), drop_last=t.finish_reason[i] == "stop")
+            if loop is not None:
+                found[i] = loop
+        ctx.cache["loops"] = found
+    return ctx.cache["loops"]
+
+
 @register
 class Truncation(Check):
+    """Outputs cut at max_new_tokens. A cut loop is the repetition check's (quarantined, not
+    counted here: a higher cap cannot end a loop). A healthy cut output is a warning and trains
+    by default (`--truncated train`). Many of them is systemic: judged, like the quarantine
+    share, on the 95% Wilson lower bound of their share among the outputs that are not loops,
+    so two cut outputs of 16 are a few long answers, 2,000 of 16,000 a cap that is too low."""
+
     name = "truncation"
     reasons = {
-        "truncated": "outputs cut at max_new_tokens (finish_reason length; excluded from training)",
+        "truncated": "outputs cut at max_new_tokens that are not loops (trained by default; "
+        "--truncated skip leaves them out)",
         "unrecorded_truncation": "outputs at the max_new_tokens cap without a stop token, "
         "recorded as finished",
         "finish_reason_missing": "no finish_reason recorded: a cut output cannot be told from "
         "a finished one",
-        "truncation_rate": "too many outputs stopped at max_new_tokens: raise max_new_tokens",
+        "truncation_rate": "too many healthy outputs stopped at max_new_tokens: raise "
+        "max_new_tokens",
     }
 
     def run(self, ctx: AuditContext, dataset: str, idx: np.ndarray) -> Iterator[Hit | Systemic]:
         t = ctx.table
         last = ctx.last_tokens(t.output)
         stops = np.fromiter(ctx.stop_ids, dtype=np.int64) if ctx.stop_ids else None
-        truncated = 0
+        looping = loops(ctx)
+        truncated = cut_loops = 0
         for i in idx:
             i = int(i)
             finish = t.finish_reason[i]
             if finish == "length":
+                if i in looping:
+                    cut_loops += 1
+                    continue
                 truncated += 1
                 yield Hit(i, "warning", "truncated")
             elif finish is None:
@@ -65,16 +92,24 @@ class Truncation(Check):
                 at_cap = isinstance(cap, int) and cap > 0 and t.output.lengths[i] >= cap
                 if at_cap and (stops is None or not np.isin(last[i], stops)):
                     yield Hit(i, "error", "unrecorded_truncation")
-        rate = truncated / max(1, len(idx))
-        if rate > ctx.options.truncation_error_rate:
+        judged = max(1, len(idx) - sum(int(i) in looping for i in idx))
+        rate, bound = truncated / judged, share_lower_bound(truncated, judged)
+        limit = ctx.options.truncation_error_rate
+        if bound > limit:
+            loops_note = (
+                f"; {cut_loops} cut repetition loops are quarantined, not counted"
+                if cut_loops
+                else ""
+            )
             yield Systemic(
                 "error",
                 "truncation_rate",
-                f"{rate:.1%} of outputs stopped at max_new_tokens (over "
-                f"{ctx.options.truncation_error_rate:.0%}): raise max_new_tokens",
+                f"{rate:.1%} of the outputs that are not loops stopped at max_new_tokens (95% "
+                f"lower bound {bound:.1%}, over {limit:.0%}){loops_note}: raise "
+                "max_new_tokens; the cut outputs train as they are unless --truncated skip",
                 truncated,
-                len(idx),
-                data={"rate": round(rate, 4)},
+                judged,
+                data={"rate": round(rate, 4), "lower_bound": round(bound, 4), "loops": cut_loops},
             )
 
 
@@ -341,33 +376,33 @@ class EmptyOutput(Check):
             )
 
 
-def _looping(tail: np.ndarray, max_period: int = 8, repeats: int = 4) -> bool:
-    """Do the last `repeats` periods of some length p <= max_period repeat exactly?
-    (x has period p iff x[:-p] == x[p:])."""
-    for p in range(1, max_period + 1):
-        n = p * repeats
-        if len(tail) >= n:
-            window = tail[-n:]
-            if np.array_equal(window[:-p], window[p:]):
-                return True
-    return False
-
-
 @register
 class Repetition(Check):
+    """An output whose tail repeats one span of token ids (`eyas.store.loops`: a period of at
+    most 256 tokens, at least 3 copies and 48 tokens, to the end of the output). Greedy
+    decoding's degenerate mode: trivially predictable tokens that inflate acceptance, never
+    worth training. The repeated span is shown in the report and by `eyas show`."""
+
     name = "repetition"
     reasons = {
-        "degenerate_loop": "outputs that end in a degenerate loop (a 1-8 token pattern repeated)"
+        "repetition_loop": "outputs whose tail repeats one span of tokens (a repetition loop; "
+        "never trained)"
     }
 
     def run(self, ctx: AuditContext, dataset: str, idx: np.ndarray) -> Iterator[Hit]:
+        looping = loops(ctx)
         for i in idx:
-            i = int(i)
-            out = ctx.table.output.row(i)
-            if len(out) and int(out[-1]) in ctx.stop_ids:
-                out = out[:-1]
-            if len(out) >= 16 and _looping(out[-64:]):
-                yield Hit(i, "warning", "degenerate_loop")
+            loop = looping.get(int(i))
+            if loop is not None:
+                yield Hit(int(i), "error", "repetition_loop", describe_loop(ctx, int(i), loop))
+
+
+def describe_loop(ctx: AuditContext, i: int, loop: Loop) -> str:
+    ids = loop.span(ctx.table.output.row(i))
+    text = ctx.tokenizer.decode(ids) if ctx.tokenizer is not None else str(ids)
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{loop.period} tokens x {loop.repeats:.1f} from token {loop.start}: {text!r}"
 
 
 @register

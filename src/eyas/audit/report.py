@@ -84,6 +84,18 @@ def print_summary(result: AuditResult, console: Console) -> None:
     )
 
 
+def _examples_html(f) -> str:
+    """Example ids, each with what was found in it (e.g. a loop's repeated span)."""
+    details = f.data.get("details") or {}
+    out = []
+    for e in f.examples:
+        line = f"<code>{html.escape(e)}</code>"
+        if e in details:
+            line += f'<br><span class="detail">{html.escape(details[e])}</span>'
+        out.append(line)
+    return "<br>".join(out)
+
+
 def _histogram_svg(hist: dict[str, Any], color: str, width: int = 320, height: int = 90) -> str:
     counts, edges = hist.get("counts") or [], hist.get("edges") or []
     if not counts:
@@ -128,8 +140,7 @@ def write_html(
         rows.append(
             f'<tr class="{f.severity}"><td>{html.escape(f.check)}</td><td>{f.severity}</td>'
             f"<td>{_kind(f)}</td><td>{html.escape(f.dataset)}</td><td>{f.count}/{f.total}</td>"
-            f"<td>{html.escape(f.message)}</td><td><code>{'<br>'.join(html.escape(e) for e in f.examples)}"
-            "</code></td></tr>"
+            f"<td>{html.escape(f.message)}</td><td>{_examples_html(f)}</td></tr>"
         )
     cards = []
     for name, d in data["datasets"].items():
@@ -154,6 +165,7 @@ tr.error td{{background:#fde8e8}} tr.warning td{{background:#fff6dd}} tr.info td
 .bar{{display:flex;height:18px;font-size:11px;color:#fff;overflow:hidden}}
 .bar div{{overflow:hidden;white-space:nowrap;padding-left:2px}}
 h1 small,h3 small{{color:#888;font-weight:normal}}
+.detail{{font-family:monospace;white-space:pre-wrap;color:#555}}
 </style></head><body>
 <h1>{html.escape(title)} <small>{html.escape(data["input"])}</small></h1>
 <p><b>{verdict}</b> · {data["num_samples"]} samples · profile {html.escape(data["profile"])} ·

@@ -13,7 +13,6 @@ Verdicts and exit codes:
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import numpy as np
 
 from eyas import __version__
 from eyas.audit import checks_data, checks_output, checks_prompt  # noqa: F401 - registration
-from eyas.audit.check import CHECKS, SEVERITY_ORDER, Finding, Hit, Systemic
+from eyas.audit.check import CHECKS, SEVERITY_ORDER, Finding, Hit, Systemic, share_lower_bound
 from eyas.audit.context import AuditContext, AuditOptions
 from eyas.errors import EyasError
 from eyas.formats import MODEL_FORMATS, get_model_format
@@ -145,6 +144,7 @@ def _aggregate(
     checked = len(ctx.sample_of(idx)) if check.sampled else len(idx)
     note = f" (checked a sample of {checked} of {len(idx)})" if checked < len(idx) else ""
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    details: dict[int, str] = {}
     findings = []
     for item in items:
         if isinstance(item, Systemic):
@@ -164,8 +164,12 @@ def _aggregate(
             )
         else:
             groups[(item.severity, item.reason)].append(item.index)
+            if item.detail:
+                details[item.index] = item.detail
     for (severity, reason), rows in groups.items():
         rows = sorted(set(rows))
+        shown = rows[: ctx.options.num_examples]
+        found = {ctx.table.ids[i]: details[i] for i in shown if i in details}
         findings.append(
             Finding(
                 check_name,
@@ -174,8 +178,9 @@ def _aggregate(
                 dataset,
                 len(rows),
                 checked,
-                [ctx.table.ids[i] for i in rows[: ctx.options.num_examples]],
+                [ctx.table.ids[i] for i in shown],
                 check.reasons.get(reason, reason) + note,
+                data={"details": found} if found else {},
             )
         )
     return findings
@@ -218,6 +223,7 @@ def run_audit(
                             "check": name,
                             "severity": "error",
                             "reason": hit.reason,
+                            **({"detail": hit.detail} if hit.detail else {}),
                         },
                     )
         findings += _gate(table, dataset, idx, findings, quarantine, options)
@@ -246,16 +252,6 @@ def run_audit(
         options.max_quarantine,
     )
     return result
-
-
-def share_lower_bound(k: int, n: int, z: float = 1.96) -> float:
-    """Wilson score lower bound of a proportion k/n (0 when k is 0)."""
-    if k <= 0 or n <= 0:
-        return 0.0
-    p = k / n
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - spread) / (1 + z * z / n)
 
 
 def _gate(

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from eyas.store import SampleTable
+from eyas.store.loops import find_loop
 
 
 def _tokens(
@@ -41,6 +42,13 @@ def render_sample(table: SampleTable, i: int, tokenizer: Any) -> Group:
         f"prompt {len(s.prompt_ids)} tokens, output {len(s.output_ids)} tokens "
         f"({sum(mask)} supervised)  sampling {s.sampling}"
     )
+    loop = find_loop(s.output_ids, drop_last=s.finish_reason == "stop")
+    if loop is not None:
+        span = tokenizer.decode(loop.span(s.output_ids), skip_special_tokens=False)
+        header += (
+            f"\nrepetition_loop: {loop.period} tokens x {loop.repeats:.1f} from output token "
+            f"{loop.start} (quarantined, never trained): {span!r}"
+        )
     return Group(
         Text(header, style="bold"),
         Panel(_tokens(s.prompt_ids, tokenizer, special, "dim"), title="prompt (not trained)"),

@@ -265,7 +265,7 @@ def _capture_jobs(cfg: CaptureConfig, target: TargetModel):
     """(jobs to capture, excluded by reason, skipped by reason, ids done, quarantine file)."""
     table = load_table(cfg.data)
     quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
-    keep, excluded = select_trainable(table, cfg.include_truncated, quarantined)
+    keep, excluded = select_trainable(table, cfg.truncated, quarantined)
     done = captured_ids(cfg.out)
     i_shard, n_shards = parse_shard(cfg.shard)
     skipped: Counter = Counter()

@@ -26,7 +26,7 @@ def export_samples(
     input: str | Path,
     fmt: str,
     out: str | Path,
-    include_truncated: bool = False,
+    truncated: str = "train",
     quarantine: str | Path | None = None,
     include_quarantined: bool = False,
 ) -> dict:
@@ -35,7 +35,7 @@ def export_samples(
         raise ValueError(f"format is one of {SAMPLE_FORMATS}")
     table = load_table(input)
     quarantined, quarantine_file = quarantined_ids(input, quarantine, include_quarantined)
-    keep, skipped = select_trainable(table, include_truncated, quarantined)
+    keep, skipped = select_trainable(table, truncated, quarantined)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as f:

@@ -23,7 +23,11 @@ import pyarrow.parquet as pq
 from eyas.errors import unreadable
 from eyas.jsonl import open_input, parse_line, require_file
 from eyas.records import RecordError, Sample
+from eyas.store.loops import find_loop
 from eyas.store.runs import stage_manifest
+
+# what training does with outputs cut at max_new_tokens that are not loops
+TRUNCATED_POLICIES = ("train", "skip")
 
 
 def read_parquet(path: str | Path, columns: list[str] | None = None) -> pa.Table:
@@ -342,24 +346,31 @@ def read_samples(path: str | Path) -> Iterator[Sample]:
 
 def select_trainable(
     table: SampleTable,
-    include_truncated: bool = False,
+    truncated: str = "train",
     quarantined: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[int], Counter]:
     """The one rule for which samples train (training, capture and sample export share it).
 
-    Excluded, each counted by reason: aborted generations; outputs cut at max_new_tokens
-    (`finish_length`) and outputs whose producer recorded no finish reason
-    (`finish_unrecorded`: a cut cannot be ruled out), unless `include_truncated`; a loss mask
-    that does not fit its output; ids in the audit's quarantine; samples with nothing
-    supervised.
+    Excluded, each counted by reason: aborted generations; repetition loops
+    (`repetition_loop`, `eyas.store.loops`: never trained, whatever the policy); with
+    `truncated="skip"`, outputs cut at max_new_tokens (`finish_length`) and outputs whose
+    producer recorded no finish reason (`finish_unrecorded`: a cut cannot be ruled out); a
+    loss mask that does not fit its output; ids in the audit's quarantine; samples with nothing
+    supervised. `truncated="train"` (the default) keeps cut outputs that are not loops: they
+    are the target's own tokens, valid at every position they have, and the long tail a low
+    max_new_tokens cuts is what the drafter would otherwise never see.
     """
+    if truncated not in TRUNCATED_POLICIES:
+        raise ValueError(f"truncated is one of {TRUNCATED_POLICIES}, not {truncated!r}")
     keep: list[int] = []
     excluded: Counter = Counter()
     for i in range(len(table)):
         finish = table.finish_reason[i]
         if finish == "abort":
             excluded["finish_abort"] += 1
-        elif finish in ("length", None) and not include_truncated:
+        elif find_loop(table.output.row(i), drop_last=finish == "stop") is not None:
+            excluded["repetition_loop"] += 1
+        elif finish in ("length", None) and truncated == "skip":
             excluded["finish_length" if finish else "finish_unrecorded"] += 1
         elif not table.mask_ok(i):
             excluded["bad_loss_mask"] += 1

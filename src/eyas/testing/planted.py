@@ -173,6 +173,37 @@ def finish_reason_missing(w: World, v: int) -> Planted:
     return Planted(_tag(s, "nofinish", v), "truncation", "finish_reason_missing")
 
 
+_LOOPS = (
+    "\nThe world is still, the world is still,\nA stillness, a stillness.",
+    " Abe a sea of dreams,",
+    "\n\nThis moment is often described as a moment of peace, where the soul can rest.",
+)
+
+
+def repetition_loop(w: World, v: int) -> Planted:
+    """Greedy decoding's degenerate mode: a line repeated until max_new_tokens cuts it (the
+    loops SmolLM2 falls into; tests/real regenerates them)."""
+    s = w.pick(v, lambda s: len(s.output_ids) > 4 and not _reasoned(s))
+    span = w.renderer.encode(_LOOPS[v % len(_LOOPS)])
+    body = s.output_ids[: len(s.output_ids) // 2] + span * (4 + 120 // len(span))
+    cap = len(body) - 1 - v % len(span)  # cut mid-copy
+    s.output_ids, s.finish_reason, s.matched_stop = body[:cap], "length", None
+    s.sampling = {**s.sampling, "max_new_tokens": cap}
+    return Planted(_tag(s, "loop", v), "repetition", "repetition_loop")
+
+
+def healthy_cut(w: World, v: int) -> Sample:
+    """A long answer cut at max_new_tokens: a warning, trained, never quarantined (one per
+    dataset: a few cut outputs are no systemic truncation)."""
+    names = sorted({s.dataset for s in w.clean})
+    name = names[v % len(names)]
+    s = w.pick(v, lambda s: s.dataset == name and len(s.output_ids) > 6 and not _reasoned(s))
+    cap = len(s.output_ids) - 2
+    s.output_ids, s.finish_reason, s.matched_stop = s.output_ids[:cap], "length", None
+    s.sampling = {**s.sampling, "max_new_tokens": cap}
+    return _tag(s, "longcut", v)
+
+
 def missing_stop_token(w: World, v: int) -> Planted:
     s = w.pick(v, lambda s: len(s.output_ids) > 3)
     s.output_ids = s.output_ids[:-1]  # the stop token dropped (text-side stop trimming)
@@ -305,6 +336,7 @@ PLANTS: dict[str, Callable[[World, int], Planted]] = {
         literal_none_reasoning,
         unrecorded_truncation,
         finish_reason_missing,
+        repetition_loop,
         missing_stop_token,
         loss_mask_length,
         loss_mask_off_by_one,
@@ -402,5 +434,5 @@ def multi_turn_masked(w: World, v: int) -> Sample:
 
 
 CONTROLS: dict[str, Callable[[World, int], Sample]] = {
-    f.__name__: f for f in (sampled_output, json_tool_result, multi_turn_masked)
+    f.__name__: f for f in (sampled_output, json_tool_result, multi_turn_masked, healthy_cut)
 }

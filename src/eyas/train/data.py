@@ -219,18 +219,19 @@ def load_sequences(
     path: str | Path,
     max_len: int,
     length_policy: str = "skip",
-    include_truncated: bool = False,
+    truncated: str = "train",
     quarantined: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[SequenceIndex, DataReport]:
     """Every excluded sample is counted by reason; none disappears silently.
 
-    Which samples train is the store's one rule (`select_trainable`: aborted, truncated or
-    quarantined samples and bad loss masks are excluded). Then `length_policy`: `skip` drops
+    Which samples train is the store's one rule (`select_trainable`: aborted samples, repetition
+    loops, quarantined samples, bad loss masks and, with `truncated="skip"`, cut outputs are
+    excluded). Then `length_policy`: `skip` drops
     sequences longer than `max_len` (reason `over_max_len`); `truncate` keeps their first
     `max_len` tokens (counted in `truncated`).
     """
     table = load_table(path)
-    keep, excluded = select_trainable(table, include_truncated, quarantined)
+    keep, excluded = select_trainable(table, truncated, quarantined)
     report = DataReport(loaded=len(table), excluded=excluded)
     packer = _Packer(max_len, length_policy, report)
     for lo in range(0, len(keep), 4096):  # chunks: the policy runs on arrays, not per token

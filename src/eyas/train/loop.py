@@ -140,7 +140,7 @@ class Trainer:
                 cfg.data, cfg.quarantine, cfg.include_quarantined
             )
             self.seqs, self.data_report = load_sequences(
-                cfg.data, self.max_len, cfg.length_policy, cfg.include_truncated, quarantined
+                cfg.data, self.max_len, cfg.length_policy, cfg.truncated, quarantined
             )
         if not self.seqs:
             raise EyasError(
