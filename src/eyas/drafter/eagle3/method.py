@@ -175,7 +175,13 @@ class Eagle3Method(DraftMethod):
 
     def export(self, fmt, model, *, target, target_name, speculative_tokens):
         d = model.config
-        if fmt == "sglang":
+        if d.attention == "mla":
+            config = (
+                layouts.mla.sglang_config(d, target)
+                if fmt == "sglang"
+                else layouts.mla.vllm_config(d, target)
+            )
+        elif fmt == "sglang":
             config = layouts.sglang_config(d, target)
         else:
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
@@ -187,7 +193,11 @@ class Eagle3Method(DraftMethod):
         return config, tensors
 
     def reads(self, config: dict) -> bool:
-        return layouts.is_sglang(config) or layouts.is_speculators(config)
+        return (
+            layouts.is_sglang(config)
+            or layouts.is_speculators(config)
+            or layouts.mla.is_mla(config)
+        )
 
     def read_export(self, config: dict) -> Eagle3Config:
         return layouts.read_config(config)
