@@ -44,7 +44,7 @@ def _drafter(target, method="eagle3", seed=0, **kw):
 
 def _reference_attention(q, keys, values, scale):
     """Step k's attention written out: step-0 keys at positions <= j, then step s's key at j."""
-    b, h, t, _ = q.shape
+    t = q.shape[2]
     k0, v0 = keys[0], values[0]
     causal = torch.ones(t, t, dtype=torch.bool).tril()
     scores = [(q @ k0.transpose(-1, -2)).masked_fill(~causal, float("-inf"))]
@@ -200,8 +200,8 @@ def test_sglang_layout_on_the_real_kimi(tmp_path, kimi_toy):
     """Kimi-K2.5's real depth and MLA dims (widths cut for CPU): the SGLang layout is
     `Eagle3DeepseekV2ForCausalLM` with ids [1, 29, 57] (HF 2/30/58, read alike by every SGLang
     rule), DeepSeek's rope keys, and validates."""
-    from eyas.export.validate import check_export
     from eyas.export.drafter import export_drafter
+    from eyas.export.validate import check_export
     from eyas.train.checkpoint import save_drafter
 
     target = _real_kimi(tmp_path, kimi_toy)
