@@ -230,7 +230,12 @@ def vllm_specs(built: Built, inputs: dict, tmp: Path, **speculative) -> dict:
         "shared": shared,
         "language_model_only": built.shape.language_model_only,
         "max_model_len": 2048,
+        "attention_backend": "CPU_MLA" if _mla(built.model) else None,
     }
+
+
+def _mla(model) -> bool:
+    return getattr(model.config, "attention", "mha") == "mla"
 
 
 def _speculators(export: Path) -> bool:

@@ -209,6 +209,10 @@ def main(spec_path: str) -> None:
         max_model_len=spec.get("max_model_len", 4096),
         language_model_only=spec.get("language_model_only", False),
         trust_remote_code=False,
+        # MLA on an AMX CPU: vLLM prefers AMX_MLA, whose weight packing
+        # (`amx_mla.py` `process_weights_after_loading`) takes no float32; the kernel is
+        # replaced here anyway, so the reference CPU_MLA backend is asked for
+        attention_backend=spec.get("attention_backend"),
     )
     vllm_config = args.create_engine_config()
     spec_cfg = vllm_config.speculative_config

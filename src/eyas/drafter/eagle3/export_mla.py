@@ -40,7 +40,11 @@ def deepseek_rope(scaling: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def deepseek_fields(d: Any, target: TargetModel | None) -> dict[str, Any]:
     fields = {
-        "model_type": "deepseek_v3",
+        # not "deepseek_v3": vLLM's `SpeculativeConfig.hf_config_override` rewrites that model
+        # type to `deepseek_mtp` (an MTP head, another model); "kimi_k2" is vLLM's alias of
+        # DeepseekV3Config (`transformers_utils/config.py`) and TorchSpec's published MLA
+        # drafters use it
+        "model_type": "kimi_k2",
         "num_hidden_layers": 1,
         "hidden_size": d.hidden_size,
         "intermediate_size": d.intermediate_size,
@@ -71,7 +75,7 @@ def deepseek_fields(d: Any, target: TargetModel | None) -> dict[str, Any]:
     return fields
 
 
-def vllm_config(d: Any, target: TargetModel | None, speculative_tokens: int) -> dict:
+def vllm_config(d: Any, target: TargetModel | None) -> dict:
     return {
         "architectures": [vllm.EAGLE3_MLA_ARCHITECTURE],
         **deepseek_fields(d, target),
