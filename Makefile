@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# CPU build of torch first (see README for GPU installs), then eyas with test extras.
+	# CPU build of torch first (docs/development.md has GPU installs), then eyas with test extras.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)

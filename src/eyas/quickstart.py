@@ -328,7 +328,7 @@ def run_quickstart(
 
 
 REPORT_TITLE = "eyas quickstart: audit, acceptance and the native-vs-naive A/B"
-AB_MARGIN = 0.5  # tokens per verify step; measured margins are near 2 (README)
+AB_MARGIN = 0.5  # tokens per verify step; the quickstart prints the margin it measured
 
 
 def quickstart_failures(native, naive, margin: float, evals: dict, ab: dict) -> list[str]:

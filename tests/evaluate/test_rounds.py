@@ -224,7 +224,19 @@ def test_offline_second_turn_is_asked_after_the_targets_greedy_answer(
     drafter = random_drafter_dir(target, tmp_path / "drafter")
     renderer = Renderer(toy_tiny)
     stop = set(renderer.stop_token_ids())
-    rows = two_turn_rows(renderer, tmp_path / "mt.jsonl", n=2)
+    # two conversations whose first greedy answer ends within the cap (a cut answer stops its
+    # conversation, `truncated_turn`); which ones depends on the toy as built on this machine
+    cap = 48
+    stopping = [
+        i
+        for i, row in enumerate(two_turn_rows(renderer, tmp_path / "all.jsonl"))
+        if greedy_reference(target, row["prompt_ids"], cap, stop)[-1] in stop
+    ]
+    assert len(stopping) >= 2, stopping
+    rows = [
+        r for i, r in enumerate(two_turn_rows(renderer, tmp_path / "all.jsonl")) if i in stopping
+    ][:2]
+    (tmp_path / "mt.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     loads, seen, built = [], {}, []
     real_load, real_follow = AutoModelForCausalLM.from_pretrained, eval_prompts.follow_up_prompts
 
@@ -241,18 +253,21 @@ def test_offline_second_turn_is_asked_after_the_targets_greedy_answer(
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", counting_load)
     monkeypatch.setattr(eval_prompts, "follow_up_prompts", spy)
     args = ["eval", "--target", toy_tiny, "--drafter", drafter, "--input", tmp_path / "mt.jsonl"]
-    out = run_cli(tmp_path, [*args, "--k", "2", "--max-new-tokens", "24"])
+    out = run_cli(tmp_path, [*args, "--k", "2", "--max-new-tokens", str(cap)])
     assert loads == [str(toy_tiny)]  # the target, once for both rounds
     assert sorted(p["id"] for p in built) == sorted(f"{r['id']}#3" for r in rows)
     for row in rows:
-        greedy = greedy_reference(target, row["prompt_ids"], 24, stop)
+        greedy = greedy_reference(target, row["prompt_ids"], cap, stop)
         assert seen[row["id"]] == greedy
         follow = next(p for p in built if p["id"] == f"{row['id']}#3")
         assert follow["prompt_ids"] == second_prompt(renderer, row, greedy)
         # round 2 decoded exactly that prompt: its output is the prompt's greedy answer
-        assert seen[follow["id"]] == greedy_reference(target, follow["prompt_ids"], 24, stop)
+        assert seen[follow["id"]] == greedy_reference(target, follow["prompt_ids"], cap, stop)
     assert out["lossless"] is True and out["follow_ups"]["rounds"] == [2, 2]
-    assert {name: d["prompts"] for name, d in out["datasets"].items()} == {"writing": 2, "math": 2}
+    per_dataset = {r["dataset"]: 0 for r in rows}
+    for r in rows:
+        per_dataset[r["dataset"]] += 2  # the first prompt and its follow-up
+    assert {name: d["prompts"] for name, d in out["datasets"].items()} == per_dataset
     assert sum(out["histogram"]) == out["verify_steps"]
     assert out["verify_steps"] == sum(d["verify_steps"] for d in out["datasets"].values())
 

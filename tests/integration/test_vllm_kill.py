@@ -111,7 +111,11 @@ def test_a_vllm_server_killed_mid_run_stops_every_stage_the_same_way(
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["stopped_reason"].startswith("servers_failing: 3 requests in a row")
         assert manifest["stopped_reason"].endswith("(last: connection_error)")
-        assert set(manifest["this_run"]["retry_reasons"]) == {"connection_error"}
+        retried = set(manifest["this_run"]["retry_reasons"])
+        # a capture request the server answered just before it died can find its states file
+        # unwritten (the worker died mid-save): retried as hidden_states_unreadable
+        allowed = {"connection_error"} | ({"hidden_states_unreadable"} if out == cap else set())
+        assert "connection_error" in retried and retried <= allowed, retried
         assert set(manifest["this_run"]["failure_reasons"]) == {"connection_error"}
     assert "(last: connection_error)" in outputs["eval"]
     assert "retried: {'connection_error'" in outputs["eval"]

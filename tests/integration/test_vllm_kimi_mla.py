@@ -1,6 +1,6 @@
 """The MLA drafter served beside the MLA Kimi toy by the real vLLM on CPU: it shares the target's
 attention backend and KV page layout. `eyas eval --backend vllm` starts both servers (with and
-without the drafter) on the CPU_MLA backend (`backends.vllm.conventions.cpu_mla_args`: AMX_MLA
+without the drafter) on the CPU_MLA backend (`backends.vllm.conventions.float32_mla_args`, `FLOAT32_MLA_DRAFTER`: AMX_MLA
 packs no fp32 weights); the served decoding equals the baseline's and the acceptance agrees with
 offline evaluation. (An MHA drafter beside the MLA target was refused with "no common KV block
 size", issue 30; not re-checked here.)"""

@@ -117,7 +117,7 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
             yield pool
         return
     from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
-    from eyas.backends.vllm.conventions import text_only_args
+    from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
     from eyas.serving.vllm import vllm_server
 
     storage = cfg.storage_dir or (cfg.out / ".incoming")
@@ -128,6 +128,7 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         "--enforce-eager",
         *vllm_capture_args(layers, storage, target.context_length),
         *text_only_args(target.wrapper),
+        *float32_mla_args(target.text, cfg.dtype),
     ]
     log(f"starting a vLLM capture server ({cfg.vllm_python})")
     with vllm_server(

@@ -56,9 +56,12 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
-from eyas.backends.vllm.conventions import CPU_MLA_BACKEND, cpu_mla_args, text_only_args
+from eyas.backends.vllm.conventions import (
+    FLOAT32_MLA_DRAFTER,
+    float32_mla_args,
+    text_only_args,
+)
 from eyas.config import EvalConfig
-from eyas.drafter.mla import is_mla_target
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
 
@@ -162,13 +165,11 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     cuda = torch.cuda.is_available()
     if not cuda:
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
-    # an MLA drafter is only offered for MLA targets; both then need the CPU MLA backend
-    mla_target = is_mla_target(target)
-    args += cpu_mla_args(mla_target, cuda)
+        args += float32_mla_args(target.text, "float32")
     if drafter:
         spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
-        if cpu_mla_args(mla_target, cuda) and _is_mla_drafter(spec["model"]):
-            spec["attention_backend"] = CPU_MLA_BACKEND
+        if not cuda and _is_mla_drafter(spec["model"]):
+            spec.update(FLOAT32_MLA_DRAFTER)
         args += ["--speculative-config", json.dumps(spec)]
     log(f"starting vLLM ({'with the drafter' if drafter else 'baseline, no drafter'})")
     name = "spec" if drafter else "base"

