@@ -598,6 +598,7 @@ def r_methods(d: dict) -> Section:
                 o["acceptance_length"],
                 num(o["per_position"], 2),
                 " / ".join(num(o["datasets"].get(n), 2) for n in tool) or "–",
+                num(r["train_slot_acc"], 2) if "train_slot_acc" in r else "–",
                 o.get("drafter_ms_per_verify_step"),
                 o["lossless"],
                 served,
@@ -613,13 +614,23 @@ def r_methods(d: dict) -> Section:
             "acceptance length",
             "per position",
             tools or "tool families",
+            "training accuracy per slot (last fifth)",
             "drafter ms per verify step",
             "lossless",
             "served (AL, speedup, lossless)",
         ],
         rows,
     )
-    if budget:
+    enforced = next((r["budget_seconds"] for r in res.values() if "budget_seconds" in r), None)
+    if enforced:
+        s.lines.append(
+            f"- Same wall-clock: the methods trained in turns (the one with the least time used "
+            f"stepping next) until each had used {num(enforced)} s, EAGLE-3's first pass; a "
+            "row's train s is what it used (at most one step over). Same steps: in turns too, "
+            "so the machine's load fell on all three alike."
+        )
+        s.lines.append("")
+    elif budget:
         again = next(
             (
                 r["train_seconds"]
@@ -851,6 +862,92 @@ def r_train_memory(d: dict) -> Section:
         f"{num(goals.get('growth_per_doubling'))}×.",
         "",
     ]
+    ac = d.get("activation_checkpointing")
+    if ac:
+        s.lines += [
+            f"Activation checkpointing at TTT {num(ac['ttt'])}, on against off: {ac['measure']} "
+            f"(`{ac['command']}`; load average {num(ac['load_average_before'][0])} before, "
+            f"{num(ac['load_average_after'][0])} after).",
+            "",
+        ]
+        ac_rows = [
+            [
+                r["tokens"],
+                r["off"]["kb_per_token"],
+                r["on"]["kb_per_token"],
+                f"{num(r['memory_reduction'])}×",
+                r["off"]["step_s"],
+                r["on"]["step_s"],
+                f"{num(r['step_time_ratio'])}×",
+                f"{num(r.get('cpu_time_ratio'))}×",
+            ]
+            for r in ac["rows"]
+            if "memory_reduction" in r
+        ]
+        s.lines += table(
+            [
+                "tokens",
+                "off KB/token",
+                "on KB/token",
+                "cut",
+                "off step s",
+                "on step s",
+                "wall time",
+                "CPU time",
+            ],
+            ac_rows,
+        )
+    return s
+
+
+def r_inflight(d: dict) -> Section:
+    st = d.get("settings", {})
+    s = Section(
+        "In-flight slots that decode: batching and in-flight limits",
+        f"The fake SGLang's latency model: lognormal output lengths (median "
+        f"{num(st.get('length_median'))}, sigma {num(st.get('length_sigma'))}, cut at "
+        f"{num(st.get('max_new_tokens'))}), {num(st.get('token_s'))} s a token, at most "
+        f"{num(st.get('slots'))} sequences decoding at once (one node at a quarter scale); a "
+        "batch is answered when its longest member is done. Each setting keeps its in-flight "
+        f"limit fixed; figures from the server's own integrals over a {num(st.get('window_s'))} s "
+        "window. Decoding fraction: sequences decoding / sequences held, time-weighted (goal "
+        "at least 0.8 at the new defaults); expected: mean length / mean longest of the batch "
+        "(Monte Carlo of the draw, no queueing); node use: decoding / slots.",
+    )
+    s.lines += table(
+        [
+            "setting",
+            "batch",
+            "in flight",
+            "decoding fraction",
+            "expected",
+            "node use",
+            "output tokens/s",
+            "answered",
+        ],
+        [
+            [
+                r["label"],
+                r["batch_size"],
+                r["in_flight"],
+                r["decoding_fraction"],
+                r["expected_fraction_no_queue"],
+                r["node_use"],
+                r["output_tokens_per_s"],
+                r["answered"],
+            ]
+            for r in d["rows"]
+        ],
+    )
+    kv = d.get("kv_arithmetic_kimi_node")
+    if kv:
+        flat = [[code(k), num(v)] for k, v in flatten(kv).items()]
+        s.lines += [
+            "`kv_arithmetic_kimi_node` (arithmetic, not measured: the KV memory behind the Kimi "
+            "config's in-flight ceiling, docs/cluster-servers.md):",
+            "",
+            *table(["figure", "value"], flat),
+        ]
     return s
 
 
@@ -899,6 +996,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "eval": r_eval,
     "generate": r_generate,
     "generate_fake_sglang": r_generate,
+    "inflight": r_inflight,
     "local_generate": r_local_generate,
     "methods": r_methods,
     "mla": r_mla,
@@ -1168,6 +1266,19 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
                     "–",
                     "–",
                     "audit_recall.json",
+                ]
+            )
+    if fl := _load(results, "inflight"):
+        new = next((r for r in fl["rows"] if r["label"].startswith("new")), None)
+        old = next((r for r in fl["rows"] if r["label"].startswith("old")), None)
+        if new and old:
+            rows.append(
+                [
+                    "in-flight slots decoding, long-tailed outputs (fake SGLang latency model)",
+                    f"{num(new['decoding_fraction'])} (batch 1)",
+                    f"old defaults, batch 8: {num(old['decoding_fraction'])}",
+                    ratio(new["decoding_fraction"], old["decoding_fraction"]),
+                    "inflight.json",
                 ]
             )
     if cr := _load(results, "convert_render"):

@@ -24,6 +24,13 @@ from pydantic_core import core_schema
 from eyas.errors import EyasError
 
 
+def _check_shard(v: str) -> str:
+    i, sep, n = v.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
+        raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # dotted keys (`*` for every list item) holding paths relative to a config file
@@ -145,18 +152,30 @@ class BackendConfig(_Strict):
         "of eyas.backends.registry)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     concurrency: int | None = Field(
         None,
         ge=1,
         description="most requests in flight per server (default per engine: vllm and "
-        "openai_chat 256, sglang 64 prompts sent in calls of batch_size, local 16 per batch)",
+        "openai_chat and sglang 256, local 16 per batch)",
     )
     adaptive_concurrency: bool = Field(
         True,
         description="start low and raise the in-flight limit only while the server's measured "
         "throughput grows (never above concurrency); off: always concurrency",
     )
-    batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
+    batch_size: int = Field(
+        1,
+        ge=1,
+        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
+        "member is done, so with long-tailed outputs a batch holds finished slots idle "
+        "(docs/cluster-servers.md); 1 sends each prompt on its own",
+    )
     timeout_s: float = Field(
         600.0,
         gt=0,
@@ -180,8 +199,10 @@ class BackendConfig(_Strict):
     def _urls_for_http(self) -> BackendConfig:
         from eyas.backends.registry import ENGINES, backend_class
 
-        if backend_class(self.kind).remote and not self.urls:
-            raise ValueError(f"backend.kind={self.kind!r} needs at least one url")
+        if backend_class(self.kind).remote and not self.urls and self.url_file is None:
+            raise ValueError(f"backend.kind={self.kind!r} needs at least one url (or a url_file)")
+        if self.url_file is not None and not backend_class(self.kind).remote:
+            raise ValueError(f"backend.kind={self.kind!r} runs in process: it takes no url_file")
         if self.concurrency is None:
             self.concurrency = ENGINES[self.kind].default_concurrency
         return self
@@ -232,10 +253,7 @@ class GenerateConfig(_Strict):
     @field_validator("shard")
     @classmethod
     def _shard(cls, v: str) -> str:
-        i, sep, n = v.partition("/")
-        if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
-            raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
-        return v
+        return _check_shard(v)
 
 
 class RunConfig(_Strict):
@@ -252,6 +270,7 @@ class PipelineConfig(_Strict):
         "generate.input",
         "generate.out",
         "datasets.*.path",
+        "backend.url_file",
     )
     input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
@@ -354,6 +373,20 @@ class TrainConfig(_Strict):
     loss_decay: float = Field(0.8, gt=0, le=1)
     seed: int = 0
     checkpoint_every: int = Field(200, ge=1)
+    keep_last: int = Field(
+        3, ge=0, description="sharded checkpoints kept (the newest); 0 keeps every one"
+    )
+    activation_checkpointing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="recompute the drafter's layer per TTT step (per draft layer for DFlash) "
+        "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
+        "than 4096 tokens",
+    )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "
+        "or fp32; auto: bf16 on CUDA, fp32 on CPU",
+    )
     aux_layers: list[int] | None = Field(
         None, description="target layers fused by the drafter (default: SGLang's [2, N/2, N-3])"
     )
@@ -366,7 +399,7 @@ class TrainConfig(_Strict):
         "or dflash",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 1)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
@@ -393,8 +426,8 @@ class TrainConfig(_Strict):
     mask_token_id: int | None = Field(
         None,
         ge=0,
-        description="dflash: the mask token (default: the target's pad token, else an id "
-        "no training sequence uses)",
+        description="dflash: the mask token (default: the target's pad token, else the "
+        "highest id no training sequence uses; never one whose embedding row is zero)",
     )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
@@ -446,7 +479,15 @@ class TrainConfig(_Strict):
 class CaptureConfig(_Strict):
     """`eyas capture`: target hidden states for drafter training, through a serving engine."""
 
-    path_keys: ClassVar = ("target", "data", "out", "vllm_python", "quarantine", "storage_dir")
+    path_keys: ClassVar = (
+        "target",
+        "data",
+        "out",
+        "vllm_python",
+        "quarantine",
+        "storage_dir",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
 
     target: Path = Field(description="target model directory")
@@ -454,6 +495,12 @@ class CaptureConfig(_Strict):
     out: Path = Field(description="capture output directory (shards + manifest)")
     backend: CaptureEngine = Field("local", description="where the target runs")
     urls: list[str] = Field(default_factory=list, description="vLLM capture server URL(s)")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts and stops a local server"
     )
@@ -489,7 +536,16 @@ class CaptureConfig(_Strict):
     include_quarantined: bool = False
     force: bool = Field(False, description="capture even when the disk looks too small")
     limit: int | None = Field(None, ge=1, description="capture at most this many samples")
+    shard: str = Field("0/1", description="i/n: this job's slice of ids (sha256 of the id)")
+    dry_run: bool = Field(
+        False, description="print the samples, tokens and storage still to capture, and stop"
+    )
     trust_remote_code: bool = False
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v: str) -> str:
+        return _check_shard(v)
 
     @field_validator("aux_layers")
     @classmethod
@@ -498,7 +554,7 @@ class CaptureConfig(_Strict):
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
-        if self.backend == "vllm" and not self.urls and self.vllm_python is None:
+        if self.backend == "vllm" and not (self.urls or self.url_file) and not self.vllm_python:
             raise ValueError("--backend vllm needs --url (a running server) or --vllm-python")
         return self
 
@@ -509,7 +565,15 @@ class CaptureConfig(_Strict):
 class EvalConfig(_Strict):
     """`eyas eval`: acceptance length per dataset."""
 
-    path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python", "html_out")
+    path_keys: ClassVar = (
+        "target",
+        "drafter",
+        "input",
+        "json_out",
+        "vllm_python",
+        "html_out",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
 
     target: Path = Field(description="target model directory")
@@ -533,6 +597,12 @@ class EvalConfig(_Strict):
         "local", description="local (offline), or inside a serving engine"
     )
     urls: list[str] = Field(default_factory=list, description="server URL (served backends)")
+    url_file: Path | None = Field(
+        None,
+        description="served: a file of server URLs (with the drafter), one a line, re-read "
+        "every url_file_s while the run lasts: servers listed later join the run",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts the server with the drafter"
     )
@@ -582,8 +652,12 @@ class EvalConfig(_Strict):
     def _tree(self) -> EvalConfig:
         if (self.input is None) == (not self.bench):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
-        if self.backend != "local" and not self.urls and self.vllm_python is None:
-            raise ValueError(f"--backend {self.backend} needs --url or --vllm-python")
+        if self.backend != "local" and not (self.urls or self.url_file) and not self.vllm_python:
+            raise ValueError(f"--backend {self.backend} needs --url, --url-file or --vllm-python")
+        if self.backend != "sglang" and self.url_file is not None:
+            # vLLM's figures are counter deltas read before and after each dataset on every
+            # server: one joining in between would count its whole history
+            raise ValueError("--url-file needs --backend sglang (list vLLM servers with --url)")
         if self.backend == "sglang" and self.vllm_python is not None:
             raise ValueError("--vllm-python starts vLLM; for SGLang pass --url")
         return self
@@ -674,6 +748,16 @@ class AuditConfig(AuditOptions):
 
     def options(self) -> AuditOptions:
         return AuditOptions(**self.model_dump(include=set(AuditOptions.model_fields)))
+
+
+class StatusConfig(_Strict):
+    """`eyas status RUN`."""
+
+    path_keys: ClassVar = ("path", "json_out")
+    input_keys: ClassVar = ("path",)
+
+    path: Path = Field(description="run folder, or one generate or capture folder")
+    json_out: Path | None = Field(None, description="also write the status as JSON here")
 
 
 class ShowConfig(_Strict):

@@ -198,7 +198,7 @@ def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[lis
     """The URLs of the servers with the drafter (or the baseline): the user's, or vLLM
     servers eyas starts."""
     given = cfg.urls if drafter else cfg.baseline_urls
-    if given:
+    if given or (drafter and cfg.url_file is not None):  # servers also join from the file
         yield given
         return
     if cfg.backend != "vllm" or cfg.vllm_python is None:
@@ -319,7 +319,13 @@ async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: b
     # widest batch of a dataset
     in_flight = max(len(rows) for rows in _by_dataset(rounds.first).values())
     async with open_pool(
-        cfg.backend, _settings(cfg), urls, _policy(cfg, in_flight), operation="generate"
+        cfg.backend,
+        _settings(cfg),
+        urls,
+        _policy(cfg, in_flight),
+        operation="generate",
+        url_file=cfg.url_file if count else None,  # the drafter's servers, not the baseline's
+        url_file_s=cfg.url_file_s,
     ) as pool:
         run.servers = pool.info
         counting = count and cfg.backend == "vllm"
