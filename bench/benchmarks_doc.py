@@ -951,6 +951,41 @@ def r_inflight(d: dict) -> Section:
     return s
 
 
+def r_mla(d: dict) -> Section:
+    st = d.get("settings", {})
+    s = Section(
+        "MHA against MLA drafters on the Kimi toy",
+        "Two EAGLE-3 drafters for the same MLA target that differ only in their attention "
+        "(`--attention mha`: the Llama layer; `--attention mla`: DeepSeek-V3 latent attention "
+        f"with the target's dims), trained on the same data for {num(st.get('steps'))} steps "
+        "with the same optimiser and evaluated offline on the same held-out prompts "
+        f"({num(st.get('limit'))} per dataset, K = {num(st.get('k'))}, lossless). Metric: "
+        f"{d.get('metric', 'acceptance length')}. Draft KV bytes per token: what an engine "
+        "caches per token in bf16, at the toy's shape and at Kimi-K2.5's (docs/mla.md).",
+    )
+    res = d["results"]
+    names = sorted({n for r in res.values() for n in r["offline"]["datasets"]})
+    rows = [
+        [
+            name,
+            r["offline"]["acceptance_length"],
+            *[r["offline"]["datasets"].get(n) for n in names],
+            r["train_s_per_step"],
+            r["drafter_parameters"],
+            r["draft_kv_bytes_per_token"],
+            r["draft_kv_bytes_per_token_real_kimi"],
+            r["offline"]["lossless"],
+        ]
+        for name, r in res.items()
+    ]
+    s.lines += table(
+        ["attention", "AL all", *names, "s/step", "params", "KV B/token", "at Kimi-K2.5",
+         "lossless"],
+        rows,
+    )  # fmt: skip
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -964,6 +999,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "inflight": r_inflight,
     "local_generate": r_local_generate,
     "methods": r_methods,
+    "mla": r_mla,
     "real": r_real,
     "train": r_train,
     "train_memory": r_train_memory,
@@ -1206,6 +1242,20 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
                     "eval.json",
                 ]
             )
+    if mla := _load(results, "mla"):
+        res = mla["results"]
+        rows.append(
+            [
+                "Kimi toy, MLA drafter acceptance length (offline; same data and steps as MHA)",
+                num(res["mla"]["offline"]["acceptance_length"]),
+                f"MHA drafter {num(res['mha']['offline']['acceptance_length'])}",
+                ratio(
+                    res["mla"]["offline"]["acceptance_length"],
+                    res["mha"]["offline"]["acceptance_length"],
+                ),
+                "mla.json",
+            ]
+        )
     if a := _load(results, "audit_recall"):
         b = a.get("blind")
         if b:

@@ -448,6 +448,7 @@ def capture(cfg: CaptureConfig) -> None:
     "method",
     "draft_layers",
     "block_size",
+    "attention",
     "head_dim",
     "steps",
     "ttt",

@@ -406,6 +406,11 @@ class TrainConfig(_Strict):
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
     )
+    attention: Literal["mha", "mla"] | None = Field(
+        None,
+        description="eagle3/eagle3.1 drafter attention: mha (Llama layer) or mla (DeepSeek-V3 "
+        "latent attention, dims from the target; default for MLA targets such as Kimi-K2.5)",
+    )
     head_dim: int | None = Field(
         None,
         ge=8,
@@ -456,6 +461,11 @@ class TrainConfig(_Strict):
     def _sources(self) -> TrainConfig:
         if self.method.startswith("eagle3") and (self.draft_layers or 1) != 1:
             raise ValueError("EAGLE-3 drafters have one decoder layer (draft_layers = 1)")
+        if self.method == "dflash" and self.attention == "mla":
+            raise ValueError(
+                "--attention mla is for eagle3/eagle3.1: no engine has an MLA DFlash draft "
+                "model (vLLM qwen3_dflash.py and SGLang dflash.py build Qwen3 layers)"
+            )
         if self.hidden_states is None and self.data is None:
             raise ValueError("give --data (samples) or --hidden-states (an eyas capture)")
         if self.capture_ahead and self.data is None:

@@ -4,6 +4,11 @@
 same inputs: the rotary table, the input of the fused layer `fc`, the logits of one draft step
 (and, for EAGLE-3, the state fed to the next step, where EAGLE-3.1's `norm_output` acts).
 
+The MLA drafter (`--attention mla`) is one more side of the same harness: its export is a
+DeepSeek config vLLM builds as `Eagle3DeepseekV3ForCausalLM` (`deepseek_eagle3.py`), its
+attention kernel (`MLAAttention.forward`) replaced in the probe by the prefill maths over the
+keys and values vLLM's own `kv_b_proj` expands from the latent.
+
 Another method or attention plugs in with a few lines: a `Side` (how eyas computes the
 compared tensors; `eagle3_side`, `dflash_side`), an entry in `SIDES`, and the matching probe in
 `vllm_parity_probe.PROBES` (its attention kernel, if not vLLM's `Attention`, in
@@ -222,14 +227,25 @@ def vllm_specs(built: Built, inputs: dict, tmp: Path, **speculative) -> dict:
         "drafter": str(built.export),
         "method": side_of(built.method),
         "speculative_config": None
-        if built.fmt == "vllm"
+        if _speculators(built.export)
         else {"method": VLLM_METHOD[built.method], "num_speculative_tokens": 3, **speculative},
         "inputs": str(tmp / "inputs.safetensors"),
         "out": str(tmp / "vllm.safetensors"),
         "shared": shared,
         "language_model_only": built.shape.language_model_only,
         "max_model_len": 2048,
+        "attention_backend": "CPU_MLA" if _mla(built.model) else None,
     }
+
+
+def _mla(model) -> bool:
+    return getattr(model.config, "attention", "mha") == "mla"
+
+
+def _speculators(export: Path) -> bool:
+    """A speculators export is served as `vllm serve EXPORT`; any other layout (SGLang's, the
+    MLA drafter's DeepSeek config) with `--speculative-config`."""
+    return "speculators_model_type" in json.loads((export / "config.json").read_text())
 
 
 def run_vllm(vllm_python: Path, spec: dict, tmp: Path) -> tuple[dict, dict[str, torch.Tensor]]:

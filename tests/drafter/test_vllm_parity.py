@@ -61,7 +61,29 @@ def shapes(toy_tiny, kimi_toy, kimi_real):
         # a reduced draft vocabulary (d2t with gaps) wherever the method has one
         "toy_tiny": Shape("toy_tiny", toy_tiny, train={"draft_vocab": 400}),
         "kimi_toy": Shape(
-            "kimi_toy", kimi_toy, train={"draft_vocab": 400}, language_model_only=True
+            "kimi_toy",
+            kimi_toy,
+            train={"draft_vocab": 400, "attention": "mha"},
+            language_model_only=True,
+        ),
+        # the MLA drafter (DeepSeek-V3 attention, the default on these MLA targets)
+        "kimi_toy_mla": Shape(
+            "kimi_toy_mla",
+            kimi_toy,
+            train={"draft_vocab": 400, "attention": "mla"},
+            language_model_only=True,
+        ),
+        "kimi_real_mla": Shape(
+            "kimi_real_mla",
+            kimi_real,
+            train={
+                "num_attention_heads": 2,
+                "intermediate_size": 512,
+                "draft_vocab": 32000,
+                "attention": "mla",
+            },
+            language_model_only=True,
+            rope_positions=(0, 1, 7, 4095, 4096, 65536, 262143),
         ),
         "kimi_real": Shape(
             "kimi_real",
@@ -71,6 +93,7 @@ def shapes(toy_tiny, kimi_toy, kimi_real):
                 "head_dim": 128,
                 "intermediate_size": 512,
                 "draft_vocab": 32000,
+                "attention": "mha",
             },
             language_model_only=True,
             rope_positions=(0, 1, 7, 4095, 4096, 65536, 262143),
@@ -107,6 +130,23 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
     )
     if shape_name != "toy_tiny":
         assert meta["rotary"] == "YaRNScalingRotaryEmbedding" and meta["rotary_mscale"] == 1.0
+
+
+@pytest.mark.parametrize("shape_name", ["kimi_toy_mla", "kimi_real_mla"])
+@pytest.mark.parametrize("method", ["eagle3", "eagle3.1"])
+def test_vllm_serves_the_mla_export_as_trained(shapes, method, shape_name, tmp_path, vllm_python):
+    """The MLA drafter's export built by vLLM's `Eagle3DeepseekV3ForCausalLM`: the same rotary
+    table (DeepSeek's YaRN, GPT-J layout), `fc` input, logits and fed-back state as eyas's
+    training forward, within `engine_parity`'s tolerance (bf16 weights on both sides, fp32
+    maths; what remains is summation order)."""
+    model, meta, problems = _parity(shapes[shape_name], method, tmp_path, vllm_python)
+    assert model.config.attention == "mla"
+    assert problems == [], (method, shape_name, problems)
+    assert meta["architecture"] == "Eagle3DeepseekV2ForCausalLM"  # the V3 name is an alias
+    assert meta["rotary"] == "DeepseekScalingRotaryEmbedding"
+    assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
+    assert meta["rotary_mscale"] == pytest.approx(model.midlayer.self_attn.rotary.mscale)
+    assert meta["softmax_scale"] == pytest.approx(model.midlayer.self_attn.scale, rel=1e-6)
 
 
 def test_an_unsorted_aux_layer_list_is_served_as_trained(shapes, tmp_path, vllm_python):

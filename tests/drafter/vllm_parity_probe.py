@@ -68,7 +68,32 @@ def _patch_attention() -> None:
     Attention.forward = _sdpa
 
 
-ATTENTION_PATCHES = [_patch_attention]
+def _mla_sdpa(self, q, kv_c_normed, k_pe, output_shape=None, q_dcp_replicated=None):
+    """vLLM `MLAAttention.forward` (q: [T, heads, nope + rope], the normed latent [T, kv_lora],
+    the rotated rope key [T, 1, rope]) as plain causal attention over the keys and values its
+    prefill path expands from the latent (`forward_mha`: `kv_b_proj(kv_c_normed)` split into
+    k_nope and v, k_pe shared by the heads), at the layer's own softmax scale."""
+    t, heads = q.shape[0], self.num_heads
+    kv = self.kv_b_proj(kv_c_normed)[0].view(t, heads, self.qk_nope_head_dim + self.v_head_dim)
+    k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], -1)
+    k = torch.cat([k_nope, k_pe.expand(t, heads, self.qk_rope_head_dim)], -1)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).float(),
+        k.transpose(0, 1).float(),
+        v.transpose(0, 1).float(),
+        is_causal=True,
+        scale=self.scale,
+    )
+    return out.transpose(0, 1).reshape(t, heads * self.v_head_dim).to(q.dtype)
+
+
+def _patch_mla_attention() -> None:
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    MLAAttention.forward = _mla_sdpa
+
+
+ATTENTION_PATCHES = [_patch_attention, _patch_mla_attention]
 
 
 def grouped_rms_norm_reference() -> None:
@@ -95,6 +120,14 @@ def _rotary(model) -> Any:
         if hasattr(module, "cos_sin_cache") and hasattr(module, "head_size"):
             return module
     raise RuntimeError("no rotary embedding in the drafter")
+
+
+def _softmax_scale(model) -> float | None:
+    """The MLA layer's softmax scale (DeepSeek's YaRN factor included), if it has one."""
+    for module in model.modules():
+        if type(module).__name__ == "MLAAttention":
+            return float(module.scale)
+    return None
 
 
 def _fc_input(model, call):
@@ -176,6 +209,10 @@ def main(spec_path: str) -> None:
         max_model_len=spec.get("max_model_len", 4096),
         language_model_only=spec.get("language_model_only", False),
         trust_remote_code=False,
+        # MLA on an AMX CPU: vLLM prefers AMX_MLA, whose weight packing
+        # (`amx_mla.py` `process_weights_after_loading`) takes no float32; the kernel is
+        # replaced here anyway, so the reference CPU_MLA backend is asked for
+        attention_backend=spec.get("attention_backend"),
     )
     vllm_config = args.create_engine_config()
     spec_cfg = vllm_config.speculative_config
@@ -227,6 +264,7 @@ def main(spec_path: str) -> None:
         "architecture": type(model).__name__,
         "rotary": type(rotary).__name__,
         "rotary_mscale": float(getattr(rotary, "mscale", 1.0)),
+        "softmax_scale": _softmax_scale(model),
     }
     save_file({k: v.float().contiguous() for k, v in out.items()}, spec["out"])
     print("JSON" + json.dumps(meta))

@@ -56,7 +56,11 @@ from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
-from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
+from eyas.backends.vllm.conventions import (
+    FLOAT32_MLA_DRAFTER,
+    float32_mla_args,
+    text_only_args,
+)
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
@@ -121,6 +125,12 @@ def _vllm_speculative_config(cfg: EvalConfig, drafter_dir: Path) -> dict[str, An
     return method.vllm_speculative_config(drafter_dir, cfg.k)
 
 
+def _is_mla_drafter(drafter_dir: str) -> bool:
+    from eyas.drafter.eagle3.export_mla import is_mla
+
+    return is_mla(json.loads((Path(drafter_dir) / "config.json").read_text()))
+
+
 def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
     """A speculators-format drafter directory vLLM can load."""
     from eyas.drafter.load import resolve_drafter_dir
@@ -130,6 +140,12 @@ def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
     config = folder / "config.json"
     if config.exists() and json.loads(config.read_text()).get("speculators_model_type"):
         return folder
+    if (
+        config.exists()
+        and _is_mla_drafter(str(folder))
+        and json.loads(config.read_text()).get("eagle_aux_hidden_state_layer_ids")
+    ):
+        return folder  # the vLLM layout of an MLA drafter: ids at the top level
     return export_drafter(folder, "vllm", scratch / "vllm-drafter", cfg.target, cfg.k)
 
 
@@ -146,11 +162,14 @@ def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterato
     target = target_model(cfg.target)
     args = ["--max-model-len", str(min(target.context_length, 8192)), "--enforce-eager"]
     args += text_only_args(target.wrapper)
-    if not torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if not cuda:
         args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
         args += float32_mla_args(target.text, "float32")
     if drafter:
         spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
+        if not cuda and _is_mla_drafter(spec["model"]):
+            spec.update(FLOAT32_MLA_DRAFTER)
         args += ["--speculative-config", json.dumps(spec)]
     log(f"starting vLLM ({'with the drafter' if drafter else 'baseline, no drafter'})")
     name = "spec" if drafter else "base"

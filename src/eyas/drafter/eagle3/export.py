@@ -15,6 +15,7 @@ from typing import Any
 from eyas import __version__
 from eyas.backends.sglang import conventions as sglang
 from eyas.backends.vllm import conventions as vllm
+from eyas.drafter.eagle3 import export_mla as mla
 from eyas.drafter.eagle3.model import Eagle3Config
 from eyas.drafter.method import DrafterLoadError, unsupported_export
 from eyas.drafter.rope import read_rope_fields, rope_config_fields
@@ -113,7 +114,9 @@ def speculators_config(
 
 
 def is_sglang(cfg: dict) -> bool:
-    return sglang.EAGLE3_ARCHITECTURE in (cfg.get("architectures") or [])
+    return sglang.EAGLE3_ARCHITECTURE in (cfg.get("architectures") or []) or (
+        mla.is_mla(cfg) and not cfg.get(vllm.AUX_IDS_KEY)
+    )
 
 
 def is_speculators(cfg: dict) -> bool:
@@ -128,7 +131,7 @@ def exported_aux_layers(cfg: dict) -> list[int] | None:
     """The HF `hidden_states` indices an SGLang or speculators config makes the engine feed
     the drafter, in the order it fuses them (layer order; `sglang.read_layer_ids` says how
     SGLang ids are read; speculators/vLLM's are the HF index)."""
-    if is_speculators(cfg):
+    if is_speculators(cfg) or (mla.is_mla(cfg) and cfg.get(vllm.AUX_IDS_KEY)):
         ids = cfg.get(vllm.AUX_IDS_KEY)
         return sorted(vllm.from_vllm_layer_ids(ids)) if ids else None
     ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
@@ -143,7 +146,7 @@ def _eyas_written(cfg: dict) -> bool:
 
 def aux_layer_rule(cfg: dict) -> str:
     """How `exported_aux_layers` read the config's ids (said by `eyas eval`/`export check`)."""
-    if is_speculators(cfg):
+    if is_speculators(cfg) or (mla.is_mla(cfg) and cfg.get(vllm.AUX_IDS_KEY)):
         return "vLLM/speculators ids are the HF index"
     ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
     if not ids:
@@ -153,6 +156,17 @@ def aux_layer_rule(cfg: dict) -> str:
 
 def read_config(cfg: dict) -> Eagle3Config:
     """An Eagle3Config from an SGLang or speculators `config.json`; aux ids in HF terms."""
+    if mla.is_mla(cfg):
+        aux = exported_aux_layers(cfg)
+        if not aux:
+            raise DrafterLoadError(
+                "the MLA drafter config names no eagle_aux_hidden_state_layer_ids"
+            )
+        return Eagle3Config(
+            **mla.config_fields(cfg),
+            aux_layer_ids=list(aux),
+            extra={"aux_layer_rule": aux_layer_rule(cfg)},
+        )
     if is_speculators(cfg):
         if cfg.get(vllm.NORM_BEFORE_FC_KEY):
             raise DrafterLoadError(
@@ -211,6 +225,11 @@ def read_config(cfg: dict) -> Eagle3Config:
 def layout_problems(cfg: dict) -> list[str]:
     """Keys one engine version reads differently from another (the validator's rule)."""
     problems = []
+    if mla.is_mla(cfg) and "attention_factor" in (cfg.get("rope_scaling") or {}):
+        problems.append(
+            "rope_scaling has attention_factor: vLLM's DeepseekV2MLAAttention reads 1.0 there as "
+            "deepseek_llama_scaling, another rope; write DeepSeek's mscale/mscale_all_dim"
+        )
     if is_speculators(cfg):
         nested = layer_config(cfg)
         for key in (vllm.FC_NORM_KEY, vllm.NORM_OUTPUT_KEY):
@@ -225,6 +244,8 @@ def layout_problems(cfg: dict) -> list[str]:
 
 def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     """What SGLang's and vLLM's EAGLE-3 loaders expect, by name and shape."""
+    if mla.is_mla(cfg):
+        return mla.expected_tensors(cfg, len(exported_aux_layers(cfg) or [None] * 3))
     layer = layer_config(cfg)
     h, v = layer.get("hidden_size"), layer.get("vocab_size")
     dv, ht = cfg.get("draft_vocab_size"), cfg.get("target_hidden_size") or h

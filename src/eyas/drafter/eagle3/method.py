@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from eyas.drafter.method import (
     check_layer_ids,
     target_tensor,
 )
+from eyas.drafter.mla import MLAShape, is_mla_target
 from eyas.drafter.shape import drafter_shape
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
@@ -71,6 +73,18 @@ class Eagle3Method(DraftMethod):
             head_dim=train_cfg.head_dim,
             intermediate_size=train_cfg.intermediate_size,
         )
+        attention = getattr(train_cfg, "attention", None) or (
+            "mla" if is_mla_target(target) else "mha"
+        )
+        mla = MLAShape.of_target(target) if attention == "mla" else None
+        why = shape.why
+        if mla is not None:
+            why = (
+                f"mla: {shape.num_attention_heads} heads, the target's q_lora "
+                f"{mla.q_lora_rank}, kv_lora {mla.kv_lora_rank}, nope/rope/v "
+                f"{mla.qk_nope_head_dim}/{mla.qk_rope_head_dim}/{mla.v_head_dim}; "
+                + why.split("; ", 1)[-1]
+            )
         return Eagle3Config(
             hidden_size=target.hidden_size,
             intermediate_size=shape.intermediate_size,
@@ -88,7 +102,9 @@ class Eagle3Method(DraftMethod):
             target_num_layers=target.num_layers,
             fc_norm=self.v31,
             norm_output=self.v31,
-            extra={"shape": shape.why},
+            attention=attention,
+            **(asdict(mla) if mla is not None else {}),
+            extra={"shape": why},
         )
 
     def config_from_dict(self, raw: dict) -> Eagle3Config:
@@ -161,7 +177,13 @@ class Eagle3Method(DraftMethod):
 
     def export(self, fmt, model, *, target, target_name, speculative_tokens):
         d = model.config
-        if fmt == "sglang":
+        if d.attention == "mla":
+            config = (
+                layouts.mla.sglang_config(d, target)
+                if fmt == "sglang"
+                else layouts.mla.vllm_config(d, target)
+            )
+        elif fmt == "sglang":
             config = layouts.sglang_config(d, target)
         else:
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
@@ -173,7 +195,11 @@ class Eagle3Method(DraftMethod):
         return config, tensors
 
     def reads(self, config: dict) -> bool:
-        return layouts.is_sglang(config) or layouts.is_speculators(config)
+        return (
+            layouts.is_sglang(config)
+            or layouts.is_speculators(config)
+            or layouts.mla.is_mla(config)
+        )
 
     def read_export(self, config: dict) -> Eagle3Config:
         return layouts.read_config(config)

@@ -32,6 +32,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from eyas.drafter.layers import MLP, RMSNorm, split_heads
+from eyas.drafter.mla import MLAAttention
 from eyas.drafter.rope import Rotary
 
 
@@ -56,6 +57,13 @@ class Eagle3Config:
     # EAGLE-3.1: a per-aux-layer RMSNorm before fc, and the post-norm state fed back
     fc_norm: bool = False
     norm_output: bool = False
+    # "mla": DeepSeek-V3 attention (`eyas.drafter.mla`) with these dims (the target's)
+    attention: str = "mha"
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -141,8 +149,22 @@ def ttt_attention(
     c_j = max_s d_s keeps every w_s <= 1. A dummy first query lets the top-left causal mask put
     the sink at key 0 for all real queries.
 
-    q, k0, v0: [B, h, T, d]; diagonal: S pairs of [B, h, T, d]. Returns [B, h, T, d].
+    q, k0, v0: [B, h, T, d]; diagonal: S pairs of [B, h, T, d]. Returns [B, h, T, d]. Values
+    of another width than the keys (MLA: v_head_dim 128, q/k 192) are zero-padded to the keys'
+    (or keys and queries to the values'): the scores and the kept output columns are unchanged,
+    and one head width keeps the fused kernels eligible.
     """
+    dq, dv = q.shape[-1], v0.shape[-1]
+    if dq != dv:
+        width = max(dq, dv)
+
+        def pad(x):
+            return F.pad(x, (0, width - x.shape[-1]))
+
+        out = ttt_attention(
+            pad(q), pad(k0), pad(v0), [(pad(ks), pad(vs)) for ks, vs in diagonal], scale
+        )
+        return out[..., :dv]
     if not diagonal:
         return F.scaled_dot_product_attention(q, k0, v0, is_causal=True, scale=scale)
     b, h, t, d = q.shape
@@ -171,7 +193,10 @@ class DecoderLayer(nn.Module):
         self.norm_before_residual = cfg.norm_before_residual
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
+        if cfg.attention == "mla":
+            self.self_attn = MLAAttention(cfg, 2 * cfg.hidden_size)
+        else:
+            self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
