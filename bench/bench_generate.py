@@ -147,8 +147,8 @@ def real_engine(args, tmp: Path) -> dict:
     rendered by eyas for the toy tiny target; greedy, at most `--real-max-new` new tokens."""
     from peers import vllm_offline, vllm_python
 
+    from eyas.backends.vllm.server import vllm_server
     from eyas.render.run import render_file
-    from eyas.serving.vllm import vllm_server
     from eyas.sources import convert_rows
     from eyas.toy.build import build_toy
     from eyas.toy.datasets import FAMILIES, family_rows

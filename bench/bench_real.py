@@ -50,10 +50,10 @@ from bench_train import timed
 from peers import ROOT, speculators_venv, vllm_python
 from safetensors.torch import save_file
 
+from eyas.backends.vllm.server import vllm_server
 from eyas.config import TrainConfig
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 from eyas.sources.run import convert_file
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.train.loop import Trainer

@@ -341,6 +341,7 @@ def show(cfg: ShowConfig) -> None:
     Flag("urls", "--url"),
     "vllm_python",
     "storage_dir",
+    "method",
     "aux_layers",
     "dtype",
     "shard_size",

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from eyas.backends.base import GenRequest
 from eyas.backends.vllm import VLLMBackend
+from eyas.backends.vllm.server import vllm_server
 from eyas.cli import app
 from eyas.render import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 from eyas.sources.run import convert_file
 from eyas.store import read_samples
 from eyas.toy.datasets import FAMILIES, family_rows

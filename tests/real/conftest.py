@@ -15,9 +15,9 @@ import pytest
 import torch
 from real_helpers import CHAT, MAX_NEW, converted, hf_greedy, invoke
 
+from eyas.backends.vllm.server import vllm_server
 from eyas.render import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -246,16 +246,18 @@ class ServerPool:
         op: Callable[[Backend], Awaitable[T]],
         *,
         work: Callable[[T], float] | None = None,
+        on: Backend | None = None,
     ) -> tuple[T, int]:
         """Run `op(backend)` on the least-loaded server under the policy: (result, attempts).
-        `work` measures a result for the adaptive limit (default: 1 per request)."""
+        `work` measures a result for the adaptive limit (default: 1 per request); `on` sends
+        every attempt to that one server (a reading of its own state, e.g. its counters)."""
         if self.stop.is_set():
             self.failure_reasons["not_sent"] += 1
             raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
         attempt = 0
         while True:
             attempt += 1
-            server = await self._acquire(retry=attempt > 1)
+            server = await self._acquire(retry=attempt > 1, only=on)
             if attempt == 1 and self.stop.is_set():  # stopped while this one waited: keep it
                 self._release(server, None, None, counted=False)
                 self.failure_reasons["not_sent"] += 1
@@ -307,20 +309,20 @@ class ServerPool:
 
     # -- routing and limits ---------------------------------------------------------------------
 
-    def _pick(self, now: float) -> _Server | None:
-        up = [s for s in self.servers if s.down_until <= now]
+    def _pick(self, now: float, only: Backend | None = None) -> _Server | None:
+        up = [s for s in self.servers if s.down_until <= now and only in (None, s.backend)]
         free = [s for s in up if s.outstanding < s.limit.value]
         if not free:
             return None
         return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
 
-    async def _acquire(self, retry: bool) -> _Server:
+    async def _acquire(self, retry: bool, only: Backend | None = None) -> _Server:
         """A slot on the least-loaded server with room; retries go before first attempts (a
         request being retried keeps its place, so a dead server fails fast)."""
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            server = self._pick(now)
+            server = self._pick(now, only)
             if server is not None and (retry or not self._waiters[True]):
                 break
             cooling = [s.down_until - now for s in self.servers if s.down_until > now]
