@@ -854,6 +854,57 @@ def r_train_memory(d: dict) -> Section:
     return s
 
 
+def r_inflight(d: dict) -> Section:
+    st = d.get("settings", {})
+    s = Section(
+        "In-flight slots that decode: batching and in-flight limits",
+        f"The fake SGLang's latency model: lognormal output lengths (median "
+        f"{num(st.get('length_median'))}, sigma {num(st.get('length_sigma'))}, cut at "
+        f"{num(st.get('max_new_tokens'))}), {num(st.get('token_s'))} s a token, at most "
+        f"{num(st.get('slots'))} sequences decoding at once (one node at a quarter scale); a "
+        "batch is answered when its longest member is done. Each setting keeps its in-flight "
+        f"limit fixed; figures from the server's own integrals over a {num(st.get('window_s'))} s "
+        "window. Decoding fraction: sequences decoding / sequences held, time-weighted (goal "
+        "at least 0.8 at the new defaults); expected: mean length / mean longest of the batch "
+        "(Monte Carlo of the draw, no queueing); node use: decoding / slots.",
+    )
+    s.lines += table(
+        [
+            "setting",
+            "batch",
+            "in flight",
+            "decoding fraction",
+            "expected",
+            "node use",
+            "output tokens/s",
+            "answered",
+        ],
+        [
+            [
+                r["label"],
+                r["batch_size"],
+                r["in_flight"],
+                r["decoding_fraction"],
+                r["expected_fraction_no_queue"],
+                r["node_use"],
+                r["output_tokens_per_s"],
+                r["answered"],
+            ]
+            for r in d["rows"]
+        ],
+    )
+    kv = d.get("kv_arithmetic_kimi_node")
+    if kv:
+        flat = [[code(k), num(v)] for k, v in flatten(kv).items()]
+        s.lines += [
+            "`kv_arithmetic_kimi_node` (arithmetic, not measured: the KV memory behind the Kimi "
+            "config's in-flight ceiling, docs/cluster-servers.md):",
+            "",
+            *table(["figure", "value"], flat),
+        ]
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -864,6 +915,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "eval": r_eval,
     "generate": r_generate,
     "generate_fake_sglang": r_generate,
+    "inflight": r_inflight,
     "local_generate": r_local_generate,
     "methods": r_methods,
     "real": r_real,
@@ -1118,6 +1170,19 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
                     "–",
                     "–",
                     "audit_recall.json",
+                ]
+            )
+    if fl := _load(results, "inflight"):
+        new = next((r for r in fl["rows"] if r["label"].startswith("new")), None)
+        old = next((r for r in fl["rows"] if r["label"].startswith("old")), None)
+        if new and old:
+            rows.append(
+                [
+                    "in-flight slots decoding, long-tailed outputs (fake SGLang latency model)",
+                    f"{num(new['decoding_fraction'])} (batch 1)",
+                    f"old defaults, batch 8: {num(old['decoding_fraction'])}",
+                    ratio(new["decoding_fraction"], old["decoding_fraction"]),
+                    "inflight.json",
                 ]
             )
     if cr := _load(results, "convert_render"):

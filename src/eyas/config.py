@@ -146,15 +146,33 @@ def _eval_engines() -> Choices:
     return Choices(names, "engine", check)
 
 
-def _served_needs_urls(backend: str, urls: list[str], cfg: Any) -> str | None:
-    """Why a served engine's settings name no server (None: fine): the user's --url, or one
-    the engine's servers hook can start with these settings (`--vllm-python`)."""
+def _served_needs_urls(
+    backend: str, urls: list[str], url_file: Path | None, cfg: Any
+) -> str | None:
+    """Why a served engine's settings name no server (None: fine): the user's --url or
+    --url-file, or one the engine's servers hook can start with these settings
+    (`--vllm-python`)."""
     from eyas.backends.registry import backend_class, can_start, start_flag
 
-    if not backend_class(backend).remote or urls or can_start(backend, cfg):
+    if not backend_class(backend).remote or urls or url_file or can_start(backend, cfg):
         return None
-    flag = start_flag(backend)
-    return f"--backend {backend} needs --url" + (f" or {flag}" if flag else "")
+    ways = ["--url"]
+    if "url_file" in type(cfg).model_fields and (
+        not isinstance(cfg, EvalConfig) or _joinable(backend)
+    ):
+        ways.append("--url-file")
+    if flag := start_flag(backend):
+        ways.append(flag)
+    said = ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
+    return f"--backend {backend} needs {said}"
+
+
+def _joinable(backend: str) -> bool:
+    """Whether served evaluation on `backend` takes servers that join mid-run (--url-file):
+    its acceptance counts the answers, not each server's counters."""
+    from eyas.backends.registry import ENGINES, acceptance
+
+    return ENGINES[backend].acceptance is not None and acceptance(backend).servers_may_join
 
 
 # an engine of eyas.backends.registry that can generate / capture hidden states / be evaluated
@@ -171,18 +189,30 @@ class BackendConfig(_Strict):
         "of eyas.backends.registry)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     concurrency: int | None = Field(
         None,
         ge=1,
         description="most requests in flight per server (default per engine: vllm and "
-        "openai_chat 256, sglang 64 prompts sent in calls of batch_size, local 16 per batch)",
+        "openai_chat and sglang 256, local 16 per batch)",
     )
     adaptive_concurrency: bool = Field(
         True,
         description="start low and raise the in-flight limit only while the server's measured "
         "throughput grows (never above concurrency); off: always concurrency",
     )
-    batch_size: int = Field(8, ge=1, description="sglang: prompts per /generate call")
+    batch_size: int = Field(
+        1,
+        ge=1,
+        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
+        "member is done, so with long-tailed outputs a batch holds finished slots idle "
+        "(docs/cluster-servers.md); 1 sends each prompt on its own",
+    )
     timeout_s: float = Field(
         600.0,
         gt=0,
@@ -206,8 +236,10 @@ class BackendConfig(_Strict):
     def _urls_for_http(self) -> BackendConfig:
         from eyas.backends.registry import ENGINES, backend_class
 
-        if backend_class(self.kind).remote and not self.urls:
-            raise ValueError(f"backend.kind={self.kind!r} needs at least one url")
+        if backend_class(self.kind).remote and not self.urls and self.url_file is None:
+            raise ValueError(f"backend.kind={self.kind!r} needs at least one url (or a url_file)")
+        if self.url_file is not None and not backend_class(self.kind).remote:
+            raise ValueError(f"backend.kind={self.kind!r} runs in process: it takes no url_file")
         if self.concurrency is None:
             self.concurrency = ENGINES[self.kind].default_concurrency
         return self
@@ -278,6 +310,7 @@ class PipelineConfig(_Strict):
         "generate.input",
         "generate.out",
         "datasets.*.path",
+        "backend.url_file",
     )
     input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
@@ -466,7 +499,15 @@ class TrainConfig(_Strict):
 class CaptureConfig(_Strict):
     """`eyas capture`: target hidden states for drafter training, through a serving engine."""
 
-    path_keys: ClassVar = ("target", "data", "out", "vllm_python", "quarantine", "storage_dir")
+    path_keys: ClassVar = (
+        "target",
+        "data",
+        "out",
+        "vllm_python",
+        "quarantine",
+        "storage_dir",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
 
     target: Path = Field(description="target model directory")
@@ -474,6 +515,12 @@ class CaptureConfig(_Strict):
     out: Path = Field(description="capture output directory (shards + manifest)")
     backend: CaptureEngine = Field("local", description="where the target runs")
     urls: list[str] = Field(default_factory=list, description="vLLM capture server URL(s)")
+    url_file: Path | None = Field(
+        None,
+        description="a file of server URLs, one a line, re-read every url_file_s while the "
+        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts and stops a local server"
     )
@@ -528,7 +575,7 @@ class CaptureConfig(_Strict):
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
-        if why := _served_needs_urls(self.backend, self.urls, self):
+        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
             raise ValueError(why)
         return self
 
@@ -539,7 +586,15 @@ class CaptureConfig(_Strict):
 class EvalConfig(_Strict):
     """`eyas eval`: acceptance length per dataset."""
 
-    path_keys: ClassVar = ("target", "drafter", "input", "json_out", "vllm_python", "html_out")
+    path_keys: ClassVar = (
+        "target",
+        "drafter",
+        "input",
+        "json_out",
+        "vllm_python",
+        "html_out",
+        "url_file",
+    )
     input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
 
     target: Path = Field(description="target model directory")
@@ -565,6 +620,12 @@ class EvalConfig(_Strict):
         "eyas.backends.registry with an acceptance hook: vllm, sglang)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL (served backends)")
+    url_file: Path | None = Field(
+        None,
+        description="served: a file of server URLs (with the drafter), one a line, re-read "
+        "every url_file_s while the run lasts: servers listed later join the run",
+    )
+    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts the server with the drafter"
     )
@@ -614,10 +675,18 @@ class EvalConfig(_Strict):
     def _tree(self) -> EvalConfig:
         if (self.input is None) == (not self.bench):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
-        if why := _served_needs_urls(self.backend, self.urls, self):
-            raise ValueError(why)
-        from eyas.backends.registry import ENGINES, start_flag
+        from eyas.backends.registry import ENGINES, eval_engine_names, start_flag
 
+        if self.url_file is not None and not _joinable(self.backend):
+            # figures from counter deltas read before and after each dataset on every server:
+            # one joining in between would count its whole history
+            joinable = [n for n in eval_engine_names() if _joinable(n)]
+            raise ValueError(
+                f"--url-file needs --backend {' or '.join(joinable)} (list {self.backend} "
+                "servers with --url)"
+            )
+        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
+            raise ValueError(why)
         served = ENGINES[self.backend].acceptance is not None
         if served and self.vllm_python is not None and start_flag(self.backend) != "--vllm-python":
             raise ValueError(f"--vllm-python starts vLLM; for {self.backend} pass --url")

@@ -187,3 +187,106 @@ def test_every_reason_is_in_the_one_table():
         "no_hidden_states",
     }
     assert REASONS["hidden_states_torn"].retryable and REASONS["timeout"].retryable
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_no_server_answering_is_refused_within_ready_timeout(tmp_path):
+    """Two dead URLs and a url file with a bad line: the pool waits ready_timeout_s, not
+    more, then refuses with one reason naming every URL; the bad line is counted."""
+    from eyas.errors import RefusedError
+
+    dead = [_closed_port_url(), _closed_port_url()]
+    url_file = tmp_path / "urls.txt"
+    url_file.write_text("# comment\n\nnot-a-url\n")
+    policy = ClientPolicy(concurrency=2, ready_timeout_s=1.0)
+    settings = BackendSettings(stop_token_ids=STOP)
+
+    async def go():
+        async with open_pool(
+            "sglang", settings, dead, policy, operation="generate", url_file=url_file
+        ):
+            pass
+
+    start = time.perf_counter()
+    with pytest.raises(RefusedError) as exc:
+        asyncio.run(go())
+    assert time.perf_counter() - start < 10
+    assert exc.value.reason == "server_not_ready"
+    assert all(url in str(exc.value) for url in dead)
+    assert "server_not_ready: " in str(exc.value) and "checks failed" in str(exc.value)
+
+
+def test_url_file_lines_are_read_and_bad_ones_counted(tmp_path):
+    from eyas.backends.policy import ServerPool
+
+    url_file = tmp_path / "urls.txt"
+    url_file.write_text("http://a:1  # node a\nftp://b\n\nhttp://a:1/\nhttp://c:2\n")
+    built = []
+    pool = ServerPool(
+        [],
+        ClientPolicy(concurrency=1),
+        new_backend=lambda u: built.append(u) or _Fake(u),
+        url_file=url_file,
+    )
+
+    async def go():
+        pool._read_url_file()
+        urls = [s.backend.url for s in pool.servers]
+        await pool.close()
+        return urls
+
+    assert asyncio.run(go()) == ["http://a:1", "http://c:2"]  # once per URL, in file order
+    assert pool.url_file_reasons == {"not_an_http_url": 1}
+    assert all(not s.joined for s in pool.servers)  # joined only once they answer
+
+
+class _Fake:
+    name, lossy, remote = "fake", False, True
+
+    def __init__(self, url):
+        self.url = url
+
+    async def ready(self, timeout_s):
+        raise BackendError("server_not_ready", "never")
+
+    async def close(self):
+        return None
+
+
+class _Up(_Fake):
+    async def ready(self, timeout_s):
+        return {"url": self.url}
+
+
+def test_fill_adds_workers_as_servers_join_and_a_cancelled_one_counts_as_returned():
+    from eyas.backends.policy import ServerPool
+
+    async def go():
+        pool = ServerPool([_Up("http://a:1")], ClientPolicy(concurrency=2), new_backend=_Up)
+        await pool.ready()
+        release, tasks = asyncio.Event(), []
+
+        async def worker():
+            await release.wait()
+
+        filling = asyncio.create_task(pool.fill(worker, 10, tasks))
+        await asyncio.sleep(0.01)
+        first = len(tasks)
+        pool.add_url("http://b:2")
+        await asyncio.sleep(0.01)
+        grown = len(tasks)
+        tasks[0].cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(filling, 5)  # returns: no CancelledError from the cancelled one
+        await pool.close()
+        return first, grown
+
+    assert asyncio.run(go()) == (2, 4)  # one server's ceiling, then two servers'

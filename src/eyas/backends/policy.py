@@ -20,8 +20,18 @@ through a `ServerPool`:
 - a **circuit breaker**: after `max_consecutive_failures` requests in a row exhausted their
   retries on transient reasons, the pool stops (`stopped_reason`) and the stage ends resumably.
 
-A server with repeated connection failures is taken out of routing for a cool-off while other
-servers are up.
+Servers come and go (docs/cluster-servers.md):
+
+- **readiness**: every server's readiness check runs at once; the run starts as soon as one
+  server answers, and the others join when they answer (they are probed for the whole run).
+  Only when none answers within `ready_timeout_s` does the pool refuse (`server_not_ready`);
+- **a server that dies** (`DOWN_AFTER` connection failures in a row) while another serves is
+  taken out of routing: its requests are retried on the others, and it is probed back in by
+  its readiness check, not by requests. The last server standing is cooled off instead and
+  retried by requests, so the breaker still ends a run whose every server is gone;
+- **the server list can grow**: `url_file` (one URL per line) is re-read every `url_file_s`
+  while the run lasts; each new URL joins like a late server, and `fill()` adds workers to
+  use its in-flight ceiling.
 """
 
 from __future__ import annotations
@@ -30,9 +40,11 @@ import asyncio
 import contextlib
 import math
 import random
+import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from eyas.backends.base import Backend, Progress
@@ -177,10 +189,25 @@ class _Server:
         self.down_until = 0.0
         self.cooloffs = 0
         self.monitor: asyncio.Task | None = None
+        self.joined = False  # answered its readiness check; only joined servers are routed
+        self.joiner: asyncio.Task | None = None  # the readiness probe while not joined
+        self.joined_after_s: float | None = None  # since the pool started, first join
+        self.rejoins = 0  # taken out after dying, then probed back in
+        self.not_ready: str | None = None  # the last readiness failure
+        self.not_ready_reasons: Counter = Counter()  # readiness failures by reason
+        self.source = "url"  # url | url_file
+        self.requests = 0  # requests this server answered
 
     def describe(self) -> dict[str, Any]:
         return {
             "url": self.backend.url,
+            "source": self.source,
+            "joined": self.joined,
+            "joined_after_s": self.joined_after_s,
+            "rejoins": self.rejoins,
+            "not_ready": None if self.joined else self.not_ready,
+            "not_ready_reasons": dict(self.not_ready_reasons),
+            "requests": self.requests,
             "limit": self.limit.value,
             "limit_max": self.limit.maximum,
             "adaptive": self.limit.adaptive,
@@ -193,13 +220,31 @@ class _Server:
 class ServerPool:
     """The servers of one engine behind the client policy (see the module docstring)."""
 
-    def __init__(self, backends: list[Backend], policy: ClientPolicy):
-        if not backends:
-            raise ValueError("a pool needs at least one backend")
-        self.backends = backends
+    JOIN_RETRY_S = 1.0  # pause between readiness checks of a server that is not up
+
+    def __init__(
+        self,
+        backends: list[Backend],
+        policy: ClientPolicy,
+        *,
+        new_backend: Callable[[str], Backend] | None = None,
+        url_file: Path | None = None,
+        url_file_s: float = 5.0,
+    ):
+        if not backends and url_file is None:
+            raise ValueError("a pool needs at least one backend (or a url file)")
+        if url_file is not None and new_backend is None:
+            raise ValueError("a url file needs new_backend to build its servers")
+        self.backends = list(backends)
         self.policy = policy
-        self.servers = [_Server(b, policy) for b in backends]
-        self.name = backends[0].name
+        self.servers = [_Server(b, policy) for b in self.backends]
+        for s in self.servers:  # routed at once when used without ready() (tests, tools)
+            s.joined = True
+        self.new_backend = new_backend
+        self.url_file = url_file
+        self.url_file_s = url_file_s
+        self.url_file_reasons: Counter = Counter()  # lines of the url file that were refused
+        self.name = backends[0].name if backends else "?"
         self.lossy = any(b.lossy for b in backends)
         self.stop = asyncio.Event()
         self.stopped_reason: str | None = None
@@ -211,27 +256,188 @@ class ServerPool:
         self._consecutive_failures = 0
         self._waiters: dict[bool, deque[asyncio.Future]] = {True: deque(), False: deque()}
         self._rng = random.Random()
+        self._started = time.monotonic()
+        self._any_joined: asyncio.Event | None = None
+        self._grew: asyncio.Event | None = None
+        self._watcher: asyncio.Task | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def ready(self) -> list[dict[str, Any]]:
-        """Wait until every server serves; its info for the manifest (BackendError if not)."""
-        self.info = [await b.ready(self.policy.ready_timeout_s) for b in self.backends]
+        """Start every server's readiness check (and the url file's watch) and return as soon
+        as one server serves: the others join when they answer. `info` grows as they do.
+        BackendError `server_not_ready` if none answers within ready_timeout_s."""
+        self._started = time.monotonic()
+        self._any_joined, self._grew = asyncio.Event(), asyncio.Event()
+        for s in self.servers:
+            self._start_join(s)
+        if self.url_file is not None:
+            self._read_url_file()
+            self._watcher = asyncio.create_task(self._watch_url_file())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(self.policy.ready_timeout_s, 0.5)
+        while not self._any_joined.is_set():
+            joiners = [s.joiner for s in self.servers if s.joiner is not None]
+            failed = [j for j in joiners if j.done() and not j.cancelled() and j.exception()]
+            if failed and len(failed) == len(joiners) and self.url_file is None:
+                raise failed[0].exception()  # type: ignore[misc]  # in process: no retrying
+            if loop.time() >= deadline:
+                break
+            joined = asyncio.ensure_future(self._any_joined.wait())
+            await asyncio.wait(
+                [joined, *(j for j in joiners if not j.done())],
+                timeout=deadline - loop.time(),
+                return_when="FIRST_COMPLETED",
+            )
+            joined.cancel()
+        if not self._any_joined.is_set():
+            tried = [
+                f"{s.backend.url} ({s.not_ready or 'no answer'}; "
+                f"{sum(s.not_ready_reasons.values())} checks failed)"
+                for s in self.servers
+            ]
+            if self.url_file is not None:
+                tried.append(f"url file {self.url_file}: {len(self.servers)} URLs")
+            raise BackendError(
+                "server_not_ready",
+                f"no server answered within {self.policy.ready_timeout_s:g}s: "
+                + ("; ".join(tried) or "no URL"),
+            ) from None
         return self.info
 
+    @property
+    def capacity(self) -> int:
+        """The sum of every known server's in-flight ceiling (joined or not)."""
+        return sum(s.limit.maximum for s in self.servers)
+
+    async def fill(
+        self,
+        worker: Callable[[], Awaitable[None]],
+        jobs: int,
+        tasks: list[asyncio.Task] | None = None,
+    ) -> None:
+        """Run copies of `worker` (each draws from a shared queue of `jobs`) until all return:
+        enough to fill every server's ceiling, and more as servers are added. `tasks`, when
+        given, holds the workers as they start (a caller may cancel them: a cancelled worker
+        counts as returned)."""
+        tasks = [] if tasks is None else tasks
+
+        def top_up() -> None:
+            while len(tasks) < max(1, min(jobs, self.capacity)):
+                tasks.append(asyncio.create_task(worker()))
+
+        top_up()
+        grew = self._grew or asyncio.Event()
+        try:
+            while pending := [t for t in tasks if not t.done()]:
+                grew.clear()
+                waiting = asyncio.ensure_future(grew.wait())
+                done, _ = await asyncio.wait([*pending, waiting], return_when="FIRST_COMPLETED")
+                waiting.cancel()
+                for t in done:
+                    if t is not waiting and not t.cancelled() and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
+                top_up()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def add_url(self, url: str, source: str = "url_file") -> bool:
+        """A server joins the pool (once per URL): probed until it answers, then routed."""
+        url = url.rstrip("/")
+        if any(s.backend.url.rstrip("/") == url for s in self.servers):
+            return False
+        assert self.new_backend is not None
+        backend = self.new_backend(url)
+        server = _Server(backend, self.policy)
+        server.source = source
+        self.backends.append(backend)
+        self.servers.append(server)
+        if self.name == "?":
+            self.name, self.lossy = backend.name, backend.lossy
+        self._start_join(server)
+        if self._grew is not None:
+            self._grew.set()
+        return True
+
+    def _start_join(self, server: _Server) -> None:
+        server.joined = False
+        if server.joiner is None or server.joiner.done():
+            server.joiner = asyncio.create_task(self._join(server))
+
+    async def _join(self, server: _Server) -> None:
+        """Probe a server with its readiness check until it answers, for as long as the
+        pool lives, then route requests to it."""
+        while True:
+            try:
+                info = await server.backend.ready(min(max(self.policy.ready_timeout_s, 1), 10))
+                break
+            except BackendError as exc:
+                server.not_ready = f"{exc.reason}: {exc.detail}"
+                server.not_ready_reasons[exc.reason] += 1
+                if not getattr(server.backend, "remote", True):
+                    raise  # an in-process engine that cannot load does not come later
+            await asyncio.sleep(self.JOIN_RETRY_S)
+        server.joined = True
+        server.down_until, server.connection_failures, server.cooloffs = 0.0, 0, 0
+        if server.joined_after_s is None:
+            server.joined_after_s = round(time.monotonic() - self._started, 3)
+            self.info.append(info)
+        else:
+            server.rejoins += 1
+        if self._any_joined is not None:
+            self._any_joined.set()
+        self._wake(self.capacity)
+
+    def _read_url_file(self) -> None:
+        """Add the url file's new URLs (one a line; blank lines and # comments skipped). A
+        missing file is an empty list: the job that writes it may not have started yet."""
+        assert self.url_file is not None
+        try:
+            lines = self.url_file.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        except OSError:
+            self.url_file_reasons["url_file_unreadable"] += 1
+            return
+        for line in lines:
+            url = line.split("#", 1)[0].strip()
+            if not url:
+                continue
+            if not url.startswith(("http://", "https://")):
+                self.url_file_reasons["not_an_http_url"] += 1
+                continue
+            self.add_url(url)
+
+    async def _watch_url_file(self) -> None:
+        while True:
+            await asyncio.sleep(self.url_file_s)
+            self._read_url_file()
+
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         for s in self.servers:
             for task in (s.monitor, s.probe):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if s.joiner is not None:  # its failure, if any, was ready()'s to raise
+                s.joiner.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await s.joiner
         for b in self.backends:
             await b.close()
 
     def describe(self) -> dict[str, Any]:
         return {
             "servers": [s.describe() for s in self.servers],
+            "url_file": str(self.url_file) if self.url_file else None,
+            "url_file_reasons": dict(self.url_file_reasons),
             "retries": self.retries,
             "retry_reasons": dict(self.retry_reasons),
             "failure_reasons": dict(self.failure_reasons),
@@ -255,9 +461,11 @@ class ServerPool:
             self.failure_reasons["not_sent"] += 1
             raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
         attempt = 0
+        last: _Server | None = None
         while True:
             attempt += 1
-            server = await self._acquire(retry=attempt > 1, only=on)
+            server = await self._acquire(retry=attempt > 1, avoid=last, only=on)
+            last = server
             if attempt == 1 and self.stop.is_set():  # stopped while this one waited: keep it
                 self._release(server, None, None, counted=False)
                 self.failure_reasons["not_sent"] += 1
@@ -274,6 +482,7 @@ class ServerPool:
             else:
                 self._release(server, float(work(result)) if work else 1.0, None)
                 self.completed += 1
+                server.requests += 1
                 self._consecutive_failures = 0
                 return result, attempt
             delay = min(self.policy.max_backoff_s, self.policy.backoff_s * 2 ** (attempt - 1))
@@ -309,23 +518,36 @@ class ServerPool:
 
     # -- routing and limits ---------------------------------------------------------------------
 
-    def _pick(self, now: float, only: Backend | None = None) -> _Server | None:
-        up = [s for s in self.servers if s.down_until <= now and only in (None, s.backend)]
+    def _pick(
+        self, now: float, avoid: _Server | None = None, only: Backend | None = None
+    ) -> _Server | None:
+        if only is not None:  # a reading of that server's own state: joined or not
+            up = [s for s in self.servers if s.backend is only and s.down_until <= now]
+        else:
+            up = [s for s in self.servers if s.joined and s.down_until <= now]
         free = [s for s in up if s.outstanding < s.limit.value]
+        if avoid is not None and any(s is not avoid for s in free):
+            free = [s for s in free if s is not avoid]  # a retry prefers another server
         if not free:
             return None
         return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
 
-    async def _acquire(self, retry: bool, only: Backend | None = None) -> _Server:
+    async def _acquire(
+        self, retry: bool, avoid: _Server | None = None, only: Backend | None = None
+    ) -> _Server:
         """A slot on the least-loaded server with room; retries go before first attempts (a
         request being retried keeps its place, so a dead server fails fast)."""
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            server = self._pick(now, only)
+            server = self._pick(now, avoid, only)
             if server is not None and (retry or not self._waiters[True]):
                 break
-            cooling = [s.down_until - now for s in self.servers if s.down_until > now]
+            cooling = [
+                s.down_until - now
+                for s in self.servers
+                if (s.joined or s.backend is only) and s.down_until > now
+            ]
             waiter = loop.create_future()
             queue = self._waiters[retry]
             queue.append(waiter)
@@ -373,10 +595,16 @@ class ServerPool:
                 changed = server.limit.overloaded()
             if error.reason in ("connection_error", "timeout"):
                 server.connection_failures += 1
-                # a server that refuses connections cools off, alone or beside others: its
-                # retries probe it first and requests not yet sent wait (or are not sent once
+                # a server that refuses connections while others serve leaves routing and
+                # is probed back in by its readiness check; the last one cools off instead:
+                # its retries probe it and requests not yet sent wait (or are not sent once
                 # the breaker trips) instead of each failing against it
-                if server.connection_failures >= _Server.DOWN_AFTER:
+                others = any(s.joined and s is not server for s in self.servers)
+                if server.connection_failures >= _Server.DOWN_AFTER and others:
+                    # others serve: out of routing until its readiness check answers again
+                    server.connection_failures = 0
+                    self._start_join(server)
+                elif server.connection_failures >= _Server.DOWN_AFTER:
                     cool = min(
                         self.policy.max_backoff_s, self.policy.backoff_s * 2**server.cooloffs
                     )

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from eyas.backends.base import Backend, BackendSettings
@@ -39,10 +40,11 @@ class Engine:
 
 
 ENGINES: dict[str, Engine] = {
-    # SGLang batches `batch_size` prompts per call: 64 calls in flight
+    # SGLang: one prompt per call by default (a batch is answered at its longest member);
+    # like vLLM, the adaptive limit finds what a given server sustains below this ceiling
     "sglang": Engine(
         "eyas.backends.sglang.client:SGLangBackend",
-        64,
+        256,
         acceptance="eyas.backends.sglang.acceptance:SGLangAcceptance",
     ),
     # vLLM schedules up to 256 sequences by default (measured on CPU: 512 in flight 1.7x
@@ -156,9 +158,12 @@ async def open_pool(
     policy: ClientPolicy,
     *,
     operation: str,
+    url_file: Path | None = None,
+    url_file_s: float = 5.0,
 ) -> AsyncIterator[ServerPool]:
-    """A ready pool of `name`'s servers, its HTTP session and backends closed on exit.
-    A server that never becomes ready is a refusal (exit 1), not a traceback."""
+    """A pool of `name`'s servers, ready as soon as one serves (the others join when they
+    answer; `url_file` adds servers while it runs), its HTTP session and backends closed on
+    exit. No server ready within the policy's ready_timeout_s is a refusal (exit 1)."""
     try:
         check_engine(name, operation)
     except ValueError as exc:
@@ -169,7 +174,18 @@ async def open_pool(
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
     try:
-        pool = ServerPool(build_backends(name, settings, urls, session), policy)
+        cls = backend_class(name)
+        if url_file is not None and not cls.remote:
+            raise EyasError("bad_flag", f"engine {name} runs in process: it takes no --url-file")
+        remote_only_file = cls.remote and not urls and url_file is not None
+        backends = [] if remote_only_file else build_backends(name, settings, urls, session)
+        pool = ServerPool(
+            backends,
+            policy,
+            new_backend=lambda url: cls.from_settings(settings, url=url, session=session),
+            url_file=url_file,
+            url_file_s=url_file_s,
+        )
         try:
             try:
                 await pool.ready()

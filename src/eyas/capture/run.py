@@ -119,8 +119,16 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         ready_timeout_s=cfg.ready_timeout_s,
     )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
-    if cfg.urls or not registry.can_start(cfg.backend, cfg):
-        async with open_pool(cfg.backend, settings, cfg.urls, policy, operation="capture") as pool:
+    if cfg.urls or cfg.url_file or not registry.can_start(cfg.backend, cfg):
+        async with open_pool(
+            cfg.backend,
+            settings,
+            cfg.urls,
+            policy,
+            operation="capture",
+            url_file=cfg.url_file,
+            url_file_s=cfg.url_file_s,
+        ) as pool:
             yield pool
         return
     hook = registry.servers(cfg.backend)
@@ -173,9 +181,8 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dic
                     stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
-            workers = sum(s.limit.maximum for s in pool.servers)
-            try:
-                await asyncio.gather(*(worker() for _ in range(min(workers, len(jobs)) or 1)))
+            try:  # enough workers for every server's ceiling, more as servers join
+                await pool.fill(worker, len(jobs))
             finally:
                 writer.flush()
                 bar.update(stats, force=True)

@@ -65,6 +65,9 @@ class Acceptance(Protocol):
     # whether eval's draft settings (k, topk) reach the measurement; False: the servers' own
     # settings count, and `--bench` measures one configuration ("server")
     follows_settings: ClassVar[bool]
+    # whether servers may join mid-run (`--url-file`): False when the figures are deltas of
+    # each server's counters, which a server joining between two reads would inflate
+    servers_may_join: ClassVar[bool]
 
     def check_config(self, cfg: EvalConfig) -> None:
         """Refuse settings the engine cannot measure (EyasError)."""
@@ -104,7 +107,7 @@ def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[lis
     """The URLs of the servers with the drafter (or the baseline): the user's, or servers the
     engine's hook starts (`registry.servers`)."""
     given = cfg.urls if drafter else cfg.baseline_urls
-    if given:
+    if given or (drafter and cfg.url_file is not None):  # servers also join from the file
         yield given
         return
     if not registry.can_start(cfg.backend, cfg):
@@ -187,7 +190,14 @@ async def _served_run(
     # widest batch of a dataset
     in_flight = max(len(rows) for rows in _by_dataset(rounds.first).values())
     async with open_pool(
-        cfg.backend, _settings(cfg), urls, _policy(cfg, in_flight), operation="generate"
+        cfg.backend,
+        _settings(cfg),
+        urls,
+        _policy(cfg, in_flight),
+        operation="generate",
+        # the drafter's servers (the run that counts), not the baseline's
+        url_file=cfg.url_file if acceptance is not None else None,
+        url_file_s=cfg.url_file_s,
     ) as pool:
         run.servers = pool.info
         for batch in rounds:

@@ -79,6 +79,7 @@ class Engine:
         self.on_progress = on_progress
         self.stats = Stats()
         self.stop = pool.stop  # SIGINT and the pool's breaker stop the same run
+        self._workers: list[asyncio.Task] = []  # filled by the pool as workers start
 
     @property
     def stopped_reason(self) -> str | None:
@@ -185,17 +186,12 @@ class Engine:
     async def run(self, jobs: list[Job]) -> Stats:
         self.stats.total = len(jobs)
         shared = iter(jobs)
-        # enough workers to fill every server's ceiling; the pool holds them to its limits
-        capacity = sum(s.limit.maximum for s in self.pool.servers)
-        workers = [
-            asyncio.create_task(self._worker(shared)) for _ in range(min(capacity, len(jobs)))
-        ]
+        # enough workers to fill every server's ceiling (more as servers join from a url
+        # file); the pool holds them to its limits
         flusher = asyncio.create_task(self._flusher())
         try:
-            await asyncio.gather(*workers)
+            await self.pool.fill(lambda: self._worker(shared), len(jobs), self._workers)
         finally:
             flusher.cancel()
-            for w in workers:
-                w.cancel()
             self.writer.flush()
         return self.stats

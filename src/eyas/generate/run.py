@@ -87,6 +87,8 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
         cfg.backend.urls,
         generation_policy(cfg.backend),
         operation="generate",
+        url_file=cfg.backend.url_file,
+        url_file_s=cfg.backend.url_file_s,
     ) as pool:
         writer = ShardWriter(out, cfg.generate.shard_size)
         with (

@@ -32,7 +32,15 @@ Behaviour that matches SGLang's:
   does, none of them when the request had no verify step (a one-token answer);
 - with `--short-every N`, every Nth prompt (by its ids) ends at its first token;
 - with `--capacity N`, at most N requests (or batch calls) are computed at once, each for
-  `--service-s` seconds; the rest wait in the server's queue.
+  `--service-s` seconds; the rest wait in the server's queue;
+- the latency model (`--token-s S`): each output is as long as a long-tailed draw allows
+  (`--length-median 470 --length-sigma 1.2`: a lognormal, deterministic per prompt, cut at
+  `max_new_tokens`; mean 470 x exp(1.2^2/2) ~ 970 tokens, about 1 output in 185 past 10,000)
+  and decodes for S seconds a token in one of `--decode-slots N` sequence slots (queued
+  until one is free; unlimited by default). A non-streaming batch is answered when its
+  longest member is done, as SGLang's is (its tokenizer manager gathers the items). GET
+  `/fake_stats` gives the time integrals of sequences held (received, not yet answered) and
+  decoding, so a benchmark reads the fraction of in-flight slots that decode.
 
 The first stdout line is `PORT <n>` once the server listens.
 """
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import random
 import time
 import uuid
@@ -127,6 +136,63 @@ def chat_prompt_ids(messages: list[dict], vocab_size: int = 4000) -> list[int]:
     return ids or [1]
 
 
+class LatencyModel:
+    """Output lengths from a lognormal draw and decode time per token, with the time
+    integrals of sequences held and decoding (see the module docstring)."""
+
+    def __init__(self, token_s: float, median: float, sigma: float, slots: int | None):
+        self.token_s, self.median, self.sigma, self.slots = token_s, median, sigma, slots
+        self._sem: asyncio.Semaphore | None = None
+        self.held = self.decoding = 0
+        self.held_s = self.decoding_s = 0.0
+        self.tokens = self.items = 0
+        self._last = time.monotonic()
+
+    def length(self, input_ids: list[int]) -> int:
+        """The prompt's natural output length: lognormal, deterministic in its ids."""
+        rng = random.Random(zlib.crc32(orjson.dumps(input_ids)))
+        return max(1, round(rng.lognormvariate(math.log(self.median), self.sigma)))
+
+    def _tick(self, held: int = 0, decoding: int = 0) -> None:
+        now = time.monotonic()
+        self.held_s += self.held * (now - self._last)
+        self.decoding_s += self.decoding * (now - self._last)
+        self._last = now
+        self.held += held
+        self.decoding += decoding
+
+    async def decode(self, lengths: list[int]) -> None:
+        """Hold the items until the longest is done; each decodes in a slot of its own."""
+        if self.slots and self._sem is None:
+            self._sem = asyncio.Semaphore(self.slots)
+        self._tick(held=len(lengths))
+        try:
+            await asyncio.gather(*(self._one(n) for n in lengths))
+        finally:
+            self._tick(held=-len(lengths))
+            self.items += len(lengths)
+
+    async def _one(self, n: int) -> None:
+        async with self._sem or contextlib.nullcontext():
+            self._tick(decoding=1)
+            try:
+                await asyncio.sleep(n * self.token_s)
+            finally:
+                self._tick(decoding=-1)
+                self.tokens += n
+
+    def stats(self) -> dict:
+        self._tick()
+        return {
+            "held": self.held,
+            "decoding": self.decoding,
+            "held_s": self.held_s,
+            "decoding_s": self.decoding_s,
+            "tokens": self.tokens,
+            "items": self.items,
+        }
+
+
 class FakeSGLang:
     def __init__(
         self,
@@ -145,8 +211,13 @@ class FakeSGLang:
         capacity: int | None = None,
         service_s: float = 0.0,
         short_every: int = 0,
+        token_s: float = 0.0,
+        length_median: float = 470.0,
+        length_sigma: float = 1.2,
+        decode_slots: int | None = None,
     ):
         self.faults = FaultInjector(fault_rate, faults, seed, schedule)
+        self.latency = LatencyModel(token_s, length_median, length_sigma, decode_slots)
         self.short_every = short_every
         self.capacity = capacity
         self.service_s = service_s
@@ -229,6 +300,13 @@ class FakeSGLang:
             ids, finish = [stop], {"type": "stop", "matched": stop}  # ends at its first token
         elif self.tokenizer is not None:
             ids, finish = self._vocab_output(input_ids, params)
+        elif self.latency.token_s > 0:  # the long-tailed length draw
+            ids, finish = fake_output(
+                input_ids,
+                int(params.get("max_new_tokens", 128)),
+                list(params.get("stop_token_ids") or []),
+                fixed_len=self.latency.length(input_ids),
+            )
         else:
             ids, finish = fake_output(
                 input_ids,
@@ -337,12 +415,15 @@ class FakeSGLang:
         logprob = bool(payload.get("return_logprob"))
         if isinstance(input_ids[0], list):  # batch form
             plist = params if isinstance(params, list) else [params] * len(input_ids)
+            rids = rid if isinstance(rid, list) else [f"{rid}_{i}" for i in range(len(batch))]
             out = [
-                self._one(ids, p, f"{rid}_{i}", logprob, fault)
-                for i, (ids, p) in enumerate(zip(input_ids, plist))
+                self._one(ids, p, r, logprob, fault) for ids, p, r in zip(input_ids, plist, rids)
             ]
         else:
             out = self._one(input_ids, params, rid, logprob, fault)
+        if self.latency.token_s > 0:  # answered when the longest member is done
+            items = out if isinstance(out, list) else [out]
+            await self.latency.decode([len(o["output_ids"]) for o in items])
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     async def _serve_slot(self) -> None:
@@ -359,6 +440,10 @@ class FakeSGLang:
                 await asyncio.sleep(self.service_s)
             finally:
                 self.num_running -= 1
+
+    async def fake_stats(self, request: web.Request) -> web.Response:
+        """The latency model's counters (not an SGLang endpoint)."""
+        return web.json_response({"requests": self.num_requests, **self.latency.stats()})
 
     async def health(self, request: web.Request) -> web.Response:
         return self._loading() or web.Response(status=200)
@@ -457,6 +542,7 @@ class FakeSGLang:
         app.router.add_get("/get_server_info", self.server_info)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/fake_stats", self.fake_stats)
         return app
 
 
@@ -486,6 +572,10 @@ async def _serve(args: argparse.Namespace) -> None:
         capacity=args.capacity,
         service_s=args.service_s,
         short_every=args.short_every,
+        token_s=args.token_s,
+        length_median=args.length_median,
+        length_sigma=args.length_sigma,
+        decode_slots=args.decode_slots,
     )
     app = server.app()
     app["port"] = args.port
@@ -516,6 +606,10 @@ def main() -> None:
     ap.add_argument(
         "--short-every", type=int, default=0, help="every Nth prompt stops at its first token"
     )
+    ap.add_argument("--token-s", type=float, default=0.0, help="latency model: s per token")
+    ap.add_argument("--length-median", type=float, default=470.0, help="lognormal median")
+    ap.add_argument("--length-sigma", type=float, default=1.2, help="lognormal sigma")
+    ap.add_argument("--decode-slots", type=int, default=None, help="sequences decoding at once")
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))

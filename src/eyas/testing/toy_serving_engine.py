@@ -178,6 +178,7 @@ async def _read(pool: ServerPool) -> dict[str, int]:
 class ToyAcceptance:
     source = "toy /counters"
     follows_settings = False  # the server's own drafting counts
+    servers_may_join = False  # counter deltas, as vLLM's
 
     def check_config(self, cfg: Any) -> None:
         return None

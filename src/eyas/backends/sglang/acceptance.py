@@ -37,6 +37,7 @@ class SGLangAcceptance:
 
     source = "sglang meta_info spec_verify_ct"
     follows_settings = False  # the server's own settings count
+    servers_may_join = True  # counted from the answers: a server may join mid-run (--url-file)
 
     def check_config(self, cfg: Any) -> None:
         return None  # the server's own settings count: eyas cannot reconfigure it

@@ -107,6 +107,7 @@ class VLLMAcceptance:
 
     source = "vllm /metrics counters"
     follows_settings = True  # k sizes the per-position figures and the servers eyas starts
+    servers_may_join = False  # a server joining between two reads would add its whole history
 
     def check_config(self, cfg: Any) -> None:
         if cfg.topk > 1:
