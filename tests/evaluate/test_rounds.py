@@ -303,7 +303,8 @@ def test_counter_deltas_of_two_rounds_sum_to_the_figures_of_the_whole_span():
         {"num_drafts": 100, "num_accepted_tokens": 131, "accepted_per_pos": [70, 41, 20]},
     ]
     rounds = vllm_acceptance.add_counts(
-        vllm_acceptance.counter_delta(snaps[0], snaps[1]), vllm_acceptance.counter_delta(snaps[1], snaps[2])
+        vllm_acceptance.counter_delta(snaps[0], snaps[1]),
+        vllm_acceptance.counter_delta(snaps[1], snaps[2]),
     )
     whole = vllm_acceptance.served_metrics(snaps[0], snaps[2], 3)
     assert vllm_acceptance.counter_figures(rounds, 3) == whole
