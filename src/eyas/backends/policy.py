@@ -643,8 +643,12 @@ class ServerPool:
         most min(timeout_s, 30) s: a frozen server answers nothing."""
         if server.probe is None or server.probe.done():
             server.probe = asyncio.ensure_future(self._read_progress(server))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(server.probe), min(self.policy.timeout_s, 30))
+        # asyncio.wait, not wait_for(shield(...)): Python 3.11's wait_for returns the result
+        # and drops a cancellation that arrives as the probe finishes, and a monitor that
+        # outlives its cancel hangs close() (and asyncio.run's shutdown) for good
+        done, _ = await asyncio.wait({server.probe}, timeout=min(self.policy.timeout_s, 30))
+        for probe in done:
+            probe.result()  # a failure that is not a BackendError surfaces, as it did
 
     async def _read_progress(self, server: _Server) -> None:
         try:
