@@ -147,6 +147,7 @@ def _baseline(path: tuple[str, ...], w: dict, out: Path) -> dict[str, Any]:
         },
         ("audit",): {"input": samples, "model": target, "quarantine": str(out / "q.jsonl")},
         ("show",): {"data": samples, "id": w["sample_id"], "model": target},
+        ("status",): {"path": str(w["capture"])},
         ("capture",): {
             "target": target,
             "data": samples,

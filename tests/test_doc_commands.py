@@ -31,7 +31,19 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console", "zsh"}
 # words that may stand before `eyas` on a line: wrappers and the interpreter running the CLI
-WRAPPERS = {"nice", "time", "env", "exec", "sudo", "uv", "run", "torchrun", "-m", "eyas.cli"}
+WRAPPERS = {
+    "nice",
+    "time",
+    "env",
+    "exec",
+    "sudo",
+    "uv",
+    "run",
+    "torchrun",
+    "srun",
+    "-m",
+    "eyas.cli",
+}
 ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 

@@ -52,6 +52,7 @@ from eyas.config import (
     QuickstartConfig,
     RenderConfig,
     ShowConfig,
+    StatusConfig,
     ToyBuildConfig,
     ToyDatasetsConfig,
     TrainConfig,
@@ -257,7 +258,11 @@ def generate(cfg: PipelineConfig) -> None:
     )
     if run["failure_reasons"]:
         console.print(f"failure reasons: {run['failure_reasons']} (see {out / 'errors.jsonl'})")
+    _run_line(manifest)
     if not manifest["complete"]:
+        if manifest["stopped_reason"] == "terminated":
+            console.print("[yellow]terminated (SIGTERM): rerun the same command to resume[/]")
+            raise typer.Exit(143)
         if manifest["stopped_reason"] != "interrupted":
             console.print(
                 f"[red]stopped: {manifest['stopped_reason']}[/]; fix the servers and rerun "
@@ -266,6 +271,15 @@ def generate(cfg: PipelineConfig) -> None:
             raise typer.Exit(1)
         console.print("[yellow]interrupted: rerun the same command to resume[/]")
         raise typer.Exit(130)
+
+
+def _run_line(manifest: dict) -> None:
+    """One line about the whole folder: the jobs that wrote it and whether they cover it."""
+    run = manifest["run"]
+    states = ", ".join(f"{j['state']} {j.get('shard') or '0/1'}" for j in run["jobs"])
+    verdict = "complete" if run["complete"] else "not complete yet"
+    dup = f", {run['duplicates']} duplicate rows dropped" if run["duplicates"] else ""
+    console.print(f"run: {run['num_jobs']} job(s) [{states}]{dup}; the run is {verdict}")
 
 
 # -- audit / show --------------------------------------------------------------------------------
@@ -328,6 +342,47 @@ def show(cfg: ShowConfig) -> None:
     Console().print(render_sample(table, matches[0], load_tokenizer(model_dir)))
 
 
+@app.command()
+@_user_errors
+@schema_flags(StatusConfig, Arg("path"), Flag("json_out", "--json"))
+def status(cfg: StatusConfig) -> None:
+    """The jobs that wrote a run (generate, capture) and whether it is complete: exit 0 when
+    every stage found is complete, 3 when not yet."""
+    import json
+    import time
+
+    from eyas.store.status import status as run_status
+
+    stages = run_status(cfg.path)
+    for st in stages:
+        table = Table("job", "shard", "state", "committed", "stopped", "age", title=st["path"])
+        for job in st["jobs"]:
+            age = time.time() - (job.get("ended_unix") or job.get("started_unix") or time.time())
+            table.add_row(
+                str(job["job_id"]),
+                str(job.get("shard") or "0/1"),
+                str(job["state"]),
+                str(job.get("committed") if job.get("committed") is not None else "-"),
+                str(job.get("stopped_reason") or ""),
+                f"{age / 60:.0f} min",
+            )
+        Console().print(table)
+        counts = st["counts"]
+        verdict = "[green]complete[/]" if st["complete"] else "[yellow]not complete[/]"
+        Console().print(
+            f"{st['stage']}: {verdict}; {st['num_jobs']} job(s), {counts['samples']} samples"
+            + (f", {counts['tokens']:,} tokens" if "tokens" in counts else "")
+            + f", {counts['duplicates']} duplicate rows (dropped on read), "
+            f"{st['failed_outstanding']} failed ids outstanding, "
+            f"{st['temporary_files']} temporary files"
+        )
+    if cfg.json_out:
+        cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.json_out.write_text(json.dumps(stages, indent=2) + "\n")
+    if not all(st["complete"] for st in stages):
+        raise typer.Exit(3)
+
+
 # -- capture / train -----------------------------------------------------------------------------
 
 
@@ -356,6 +411,8 @@ def show(cfg: ShowConfig) -> None:
     "quarantine",
     "include_quarantined",
     "force",
+    "shard",
+    "dry_run",
     "trust_remote_code",
 )
 def capture(cfg: CaptureConfig) -> None:
@@ -363,12 +420,18 @@ def capture(cfg: CaptureConfig) -> None:
     from eyas.capture.run import run_capture
 
     manifest = run_capture(cfg, log=console.print)
+    if manifest.get("dry_run"):
+        return
     console.print(
         f"{manifest['counts']['samples']} samples captured in {cfg.out} "
         f"({manifest['counts']['tokens']} tokens, {manifest['bytes_per_token']} bytes/token)"
     )
     if manifest["counts"].get("failed"):
         console.print(f"failed: {manifest['failure_reasons']} (see {cfg.out / 'errors.jsonl'})")
+    _run_line(manifest)
+    if manifest["stopped_reason"] in ("terminated", "interrupted"):
+        console.print(f"[yellow]{manifest['stopped_reason']}: rerun the same command to resume[/]")
+        raise typer.Exit(143 if manifest["stopped_reason"] == "terminated" else 130)
 
 
 @app.command()

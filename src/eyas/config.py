@@ -24,6 +24,13 @@ from pydantic_core import core_schema
 from eyas.errors import EyasError
 
 
+def _check_shard(v: str) -> str:
+    i, sep, n = v.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
+        raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # dotted keys (`*` for every list item) holding paths relative to a config file
@@ -290,10 +297,7 @@ class GenerateConfig(_Strict):
     @field_validator("shard")
     @classmethod
     def _shard(cls, v: str) -> str:
-        i, sep, n = v.partition("/")
-        if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
-            raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
-        return v
+        return _check_shard(v)
 
 
 class RunConfig(_Strict):
@@ -561,7 +565,16 @@ class CaptureConfig(_Strict):
     include_quarantined: bool = False
     force: bool = Field(False, description="capture even when the disk looks too small")
     limit: int | None = Field(None, ge=1, description="capture at most this many samples")
+    shard: str = Field("0/1", description="i/n: this job's slice of ids (sha256 of the id)")
+    dry_run: bool = Field(
+        False, description="print the samples, tokens and storage still to capture, and stop"
+    )
     trust_remote_code: bool = False
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v: str) -> str:
+        return _check_shard(v)
 
     @field_validator("aux_layers")
     @classmethod
@@ -778,6 +791,16 @@ class AuditConfig(AuditOptions):
 
     def options(self) -> AuditOptions:
         return AuditOptions(**self.model_dump(include=set(AuditOptions.model_fields)))
+
+
+class StatusConfig(_Strict):
+    """`eyas status RUN`."""
+
+    path_keys: ClassVar = ("path",)
+    input_keys: ClassVar = ("path",)
+
+    path: Path = Field(description="run folder, or one generate or capture folder")
+    json_out: Path | None = Field(None, description="also write the status as JSON here")
 
 
 class ShowConfig(_Strict):

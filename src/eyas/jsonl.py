@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import secrets
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -193,6 +195,7 @@ def write_jsonl(path: str | Path, rows: Iterable[Any]) -> int:
 def write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    # a tmp name of its own: several jobs may rewrite one run's manifest at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(3)}.tmp")
     tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     tmp.replace(path)

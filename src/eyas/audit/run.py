@@ -83,6 +83,8 @@ class AuditResult:
             "input": self.table.source,
             "profile": self.profile,
             "num_samples": len(self.table),
+            # rows of an id that two jobs writing one folder both committed (kept once)
+            "duplicates_dropped": self.table.duplicates,
             "verdict": self.verdict,
             "passed": self.verdict == "PASS",
             "errors": self.num_errors,

@@ -15,7 +15,9 @@ shards atomically, and sends its requests through the one client policy
 code (a torn capture file is read again, then retried), permanent failures recorded with their
 reason in `errors.jsonl`, and the circuit breaker, which stops the run resumably (exit 1).
 Before starting it prints bytes per token x tokens, and refuses when the output filesystem
-lacks the space (unless `--force`).
+lacks the space (unless `--force`). Like generate, `--shard i/n` takes one slice of the ids and
+any number of capture jobs may write one folder at once (`eyas.store.runs`); SIGTERM commits
+what is captured, stops a server eyas started, and exits 143.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import time
+import signal
+import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,12 +44,21 @@ from eyas.config import CaptureConfig
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
 from eyas.generate.engine import Stats
+from eyas.generate.jobs import parse_shard, shard_of
 from eyas.generate.progress import GenerationProgress
 from eyas.hf_models import TargetModel, target_model
 from eyas.jsonl import write_json
 from eyas.records import RequestError
 from eyas.store import load_table, quarantined_ids, select_trainable
-from eyas.store.captures import CaptureWriter, captured_ids
+from eyas.store.captures import CaptureWriter, capture_counts, captured_ids
+from eyas.store.runs import (
+    end_job,
+    job_errors_path,
+    new_job_id,
+    run_status,
+    start_job,
+    write_combined_errors,
+)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -139,15 +152,46 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
             yield pool
 
 
-async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dict[str, Any]:
+# SIGTERM (Slurm, Kubernetes) comes with a grace period before SIGKILL: finish what is in
+# flight for at most this long, then commit and exit (generate does the same).
+TERM_GRACE_S = 15.0
+
+
+class _Terminated(Exception):
+    """SIGTERM before the requests started (a local server still loading): unwind, so the
+    server eyas started is stopped on the way out."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log, job_id) -> dict:
     dtype = DTYPES[cfg.dtype]
-    writer = CaptureWriter(cfg.out, cfg.shard_size, dtype)
+    writer = CaptureWriter(cfg.out, cfg.shard_size, dtype, job_id=job_id)
     stats = Stats(total=len(jobs))
-    write_lock = asyncio.Lock()
+    stopped: list[str] = []
     async with _pool(cfg, layers, target, log) as pool:
         queue = iter(jobs)
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Task] = []
+
+        def cancel() -> None:
+            for task in tasks:
+                task.cancel()
+
+        def on_signal(sig: signal.Signals) -> None:
+            first = not stopped
+            if first:
+                stopped.append("terminated" if sig == signal.SIGTERM else "interrupted")
+            pool.stop.set()
+            if sig == signal.SIGTERM and first:
+                loop.call_later(TERM_GRACE_S, cancel)
+            elif not first:
+                cancel()
+
         with (
-            (cfg.out / "errors.jsonl").open("wb") as errors,
+            job_errors_path(cfg.out, job_id).open("ab") as errors,
             GenerationProgress(len(jobs), label="capture") as bar,
         ):
 
@@ -164,11 +208,11 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dic
                     errors.flush()
                     return
                 # A shard commit (concatenate, serialise, fsync) runs off the event loop, so
-                # the requests in flight keep the server busy meanwhile; one add at a time.
-                async with write_lock:
-                    await asyncio.to_thread(
-                        writer.add, job["id"], job["dataset"], states, job["ids"], job["mask"]
-                    )
+                # the requests in flight keep the server busy meanwhile; the writer only locks
+                # to append, so shards complete in parallel.
+                await asyncio.to_thread(
+                    writer.add, job["id"], job["dataset"], states, job["ids"], job["mask"]
+                )
                 stats.samples += 1
                 stats.output_tokens += len(job["ids"])
 
@@ -181,33 +225,47 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log) -> dic
                     stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
+            main_thread = threading.current_thread() is threading.main_thread()
+            if main_thread:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, on_signal, sig)
             try:  # enough workers for every server's ceiling, more as servers join
-                await pool.fill(worker, len(jobs))
+                await pool.fill(worker, len(jobs), tasks)
             finally:
-                writer.flush()
+                if main_thread:
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(sig)
+                    # the last commit and the server's stop are short: let them finish
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                await asyncio.to_thread(writer.flush)
                 bar.update(stats, force=True)
         return {
             "servers": pool.info,
             "client": pool.describe(),
-            "stopped_reason": pool.stopped_reason,
+            "stopped_reason": pool.stopped_reason or (stopped[0] if stopped else None),
             "this_run": stats.as_dict(),
         }
 
 
-def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    layers, target = capture_layers(cfg.target, cfg.aux_layers, cfg.method)
+def _capture_jobs(cfg: CaptureConfig, target: TargetModel):
+    """(jobs to capture, excluded by reason, skipped by reason, ids done, quarantine file)."""
     table = load_table(cfg.data)
     quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
     keep, excluded = select_trainable(table, cfg.include_truncated, quarantined)
-    cfg.out.mkdir(parents=True, exist_ok=True)
     done = captured_ids(cfg.out)
+    i_shard, n_shards = parse_shard(cfg.shard)
+    skipped: Counter = Counter()
     jobs = []
     for i in keep:
+        if n_shards > 1 and shard_of(table.ids[i], n_shards) != i_shard:
+            skipped["other_shard"] += 1
+            continue
         ids = table.prompt.row(i).tolist() + table.output.row(i).tolist()
         if cfg.max_len and len(ids) > cfg.max_len:
             excluded["over_max_len"] += 1
             continue
         if table.ids[i] in done:
+            skipped["already_done"] += 1
             continue
         vocab = target.vocab_size
         if max(ids) >= vocab:
@@ -216,6 +274,14 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         jobs.append({"id": table.ids[i], "dataset": table.dataset[i], "ids": ids, "mask": mask})
     if cfg.limit is not None:
         jobs = jobs[: max(0, cfg.limit - len(done))]
+    return jobs, excluded, skipped, done, qfile
+
+
+def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    layers, target = capture_layers(cfg.target, cfg.aux_layers, cfg.method)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    job_id = new_job_id()
+    jobs, excluded, skipped, done, qfile = _capture_jobs(cfg, target)
     dtype = DTYPES[cfg.dtype]
     per_token = bytes_per_token(target.hidden_size, len(layers), dtype)
     tokens = sum(len(j["ids"]) for j in jobs)
@@ -223,53 +289,83 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         f"capture: {len(jobs)} samples to go ({len(done)} done), {tokens:,} tokens x "
         f"{per_token:,} bytes/token"
     )
-    _check_space(cfg.out, tokens * per_token, cfg.force, log)
-    started = time.time()
+    _check_space(cfg.out, tokens * per_token, cfg.force or cfg.dry_run, log)
+    if cfg.dry_run:  # the cluster recipe sizes its storage with this (docs/cluster.md)
+        return {
+            "dry_run": True,
+            "samples_to_go": len(jobs),
+            "tokens_to_go": tokens,
+            "bytes_per_token": per_token,
+            "storage_needed_bytes": tokens * per_token,
+        }
+    record = start_job(
+        cfg.out,
+        job_id,
+        {
+            "stage": "capture",
+            "eyas_version": __version__,
+            "input": str(cfg.data),
+            "target": {
+                **target.describe(),
+                "config_sha256": _sha256((Path(cfg.target) / "config.json").read_bytes()),
+            },
+            "backend": cfg.backend,
+            "method": cfg.method,  # the drafter method whose fused layers these are
+            "aux_layers": layers[:-1],
+            "layers": layers,
+            "layer_convention": "hf hidden_states index; the last is the final layer before "
+            "its norm",
+            "dtype": cfg.dtype,
+            "bytes_per_token": per_token,
+            "quarantine": str(qfile) if qfile else None,
+            "excluded": dict(excluded),
+            "shard": cfg.shard,
+            "storage_needed_bytes": tokens * per_token,
+            "config": cfg.model_dump(mode="json"),
+        },
+    )
     threads = torch.get_num_threads()
     if backend_class(cfg.backend).remote:
         # The client only copies tensors; several intra-op threads fighting the server for
         # the same cores make each copy hundreds of times slower (measured: 0.5 s per shard).
         torch.set_num_threads(1)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
-        run = asyncio.run(_run(cfg, jobs, layers, target, log)) if jobs else {"this_run": {}}
+        run = asyncio.run(_run(cfg, jobs, layers, target, log, job_id)) if jobs else {}
+    except _Terminated:
+        run = {"stopped_reason": "terminated"}
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         torch.set_num_threads(threads)
-    captured = captured_ids(cfg.out)
-    manifest = {
-        "stage": "capture",
-        "eyas_version": __version__,
-        "input": str(cfg.data),
-        "target": {
-            **target.describe(),
-            "config_sha256": _sha256((Path(cfg.target) / "config.json").read_bytes()),
+    this_run = {**run.get("this_run", {}), "skipped": dict(skipped)}
+    record = end_job(
+        cfg.out,
+        {
+            **record,
+            "servers": run.get("servers", []),
+            "client": run.get("client"),
+            "complete": run.get("stopped_reason") is None,
+            "stopped_reason": run.get("stopped_reason"),
+            "this_run": this_run,
+            "failure_reasons": this_run.get("failure_reasons", {}),
         },
-        "backend": cfg.backend,
-        "servers": run.get("servers", []),
-        "method": cfg.method,  # the drafter method whose fused layers these are
-        "aux_layers": layers[:-1],
-        "layers": layers,
-        "layer_convention": "hf hidden_states index; the last is the final layer before its norm",
-        "dtype": cfg.dtype,
-        "bytes_per_token": per_token,
-        "quarantine": str(qfile) if qfile else None,
-        "excluded": dict(excluded),
-        "counts": {
-            "samples": len(captured),
-            "tokens": _captured_tokens(cfg.out),
-            "failed": run.get("this_run", {}).get("failed", 0),
-        },
-        "failure_reasons": run.get("this_run", {}).get("failure_reasons", {}),
-        "complete": run.get("stopped_reason") is None,
-        "stopped_reason": run.get("stopped_reason"),
-        "client": run.get("client"),
-        "this_run": {**run.get("this_run", {}), "started_unix": started},
-        "config": cfg.model_dump(mode="json"),
-    }
-    write_json(cfg.out / "manifest.json", manifest)
-    if run.get("stopped_reason"):
+    )
+    counts, by_job = capture_counts(cfg.out)
+    errors = write_combined_errors(cfg.out, by_job)
+    counts["failed"] = len(errors)
+    status = run_status(cfg.out, counts["samples"], counts["duplicates"])
+    combined = {**record, **status, "counts": counts, "job": job_id}
+    for key in ("job_id", "host", "pid", "state", "started_unix", "ended_unix"):
+        combined.pop(key, None)
+    write_json(cfg.out / "manifest.json", combined)
+    manifest = {**record, "counts": counts, "run": status}
+    reason = run.get("stopped_reason")
+    if reason and reason not in ("terminated", "interrupted"):
         raise RefusedError(
             "servers_failing",
-            f"capture stopped: {run['stopped_reason']}; {len(captured)} samples are committed "
+            f"capture stopped: {reason}; {counts['samples']} samples are committed "
             f"in {cfg.out}: fix the servers and rerun the same command to resume",
         )
     return manifest
@@ -279,18 +375,6 @@ def _sha256(data: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(data).hexdigest()
-
-
-def _captured_tokens(capture_dir: Path) -> int:
-    from safetensors import safe_open
-
-    from eyas.store.captures import capture_shards
-
-    total = 0
-    for path in capture_shards(capture_dir):
-        with safe_open(str(path), "pt") as st:
-            total += int(st.get_slice("input_ids").get_shape()[0])
-    return total
 
 
 __all__ = ["bytes_per_token", "capture_layers", "run_capture"]

@@ -38,6 +38,7 @@ class Stats:
     samples: int = 0
     failed: int = 0
     retries: int = 0
+    skipped_elsewhere: int = 0
     output_tokens: int = 0
     reasons: Counter = field(default_factory=Counter)
     retry_reasons: Counter = field(default_factory=Counter)
@@ -52,6 +53,7 @@ class Stats:
             "samples_written": self.samples,
             "failed": self.failed,
             "retries": self.retries,
+            "skipped_done_elsewhere": self.skipped_elsewhere,
             "output_tokens": self.output_tokens,
             "failure_reasons": dict(self.reasons),
             "retry_reasons": dict(self.retry_reasons),
@@ -70,6 +72,7 @@ class Engine:
         flush_s: float = 30.0,
         multi_turn: Callable[[Engine, Job], Any] | None = None,
         on_progress: Callable[[Stats], None] | None = None,
+        done_elsewhere: Callable[[], set[str]] | None = None,
     ):
         self.pool = pool
         self.writer = writer
@@ -79,11 +82,23 @@ class Engine:
         self.on_progress = on_progress
         self.stats = Stats()
         self.stop = pool.stop  # SIGINT and the pool's breaker stop the same run
+        # ids other jobs of the same folder committed since this one started (re-read at
+        # every flush), skipped instead of generated twice
+        self.done_elsewhere = done_elsewhere
+        self._elsewhere: set[str] = set()
+        self.signal: str | None = None
         self._workers: list[asyncio.Task] = []  # filled by the pool as workers start
 
     @property
     def stopped_reason(self) -> str | None:
-        return self.pool.stopped_reason
+        return self.pool.stopped_reason or self.signal
+
+    def cancel(self) -> None:
+        """Abandon the requests in flight (they are retried by the next run); what is
+        committed stays, and `run` still flushes the buffer."""
+        self.stop.set()
+        for task in self._workers:
+            task.cancel()
 
     @property
     def backend_name(self) -> str:
@@ -160,6 +175,10 @@ class Engine:
         for job in jobs:  # a shared iterator: each job goes to exactly one worker
             if self.stop.is_set():
                 return
+            if job.id in self._elsewhere:
+                self.stats.skipped_elsewhere += 1
+                self.stats.done += 1
+                continue
             try:
                 if job.multi_turn == "all" and self.multi_turn is not None:
                     samples = await self.multi_turn(self, job)
@@ -182,12 +201,14 @@ class Engine:
         while True:
             await asyncio.sleep(self.flush_s)
             self.writer.flush()
+            if self.done_elsewhere is not None:
+                self._elsewhere |= await asyncio.to_thread(self.done_elsewhere)
 
     async def run(self, jobs: list[Job]) -> Stats:
         self.stats.total = len(jobs)
         shared = iter(jobs)
         # enough workers to fill every server's ceiling (more as servers join from a url
-        # file); the pool holds them to its limits
+        # file); the pool holds them to its limits, and a worker `cancel` ends has returned
         flusher = asyncio.create_task(self._flusher())
         try:
             await self.pool.fill(lambda: self._worker(shared), len(jobs), self._workers)

@@ -5,8 +5,10 @@
         --out runs/x/generate --max-new-tokens 2048
 
 Resume is automatic: rerunning the same command skips ids already committed in the output
-stage directory. `--shard i/n` keeps only ids whose sha256 falls in slice i, so independent
-jobs (a Slurm array, Kubernetes pods) cover a dataset without coordination.
+stage directory, by any job. `--shard i/n` keeps only ids whose sha256 falls in slice i, so
+independent jobs (a Slurm array, Kubernetes pods) cover a dataset without coordination; any
+number of jobs may write one folder at once (`eyas.store.runs`, docs/cluster.md). SIGTERM
+commits what is done (after at most TERM_GRACE_S of finishing what is in flight) and exits 143.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from eyas import __version__
@@ -29,7 +32,17 @@ from eyas.generate.progress import GenerationProgress
 from eyas.jsonl import write_json
 from eyas.records import SCHEMA_VERSION
 from eyas.render.renderer import Renderer
-from eyas.store import ShardWriter, committed_ids
+from eyas.store import ShardWriter, committed_ids, shard_paths
+from eyas.store.runs import (
+    end_job,
+    job_errors_path,
+    new_job_id,
+    part_job,
+    run_status,
+    start_job,
+    write_combined_errors,
+)
+from eyas.store.shards import id_index, ids_by_job
 
 
 def _conversation_ids(stage_dir) -> set[str]:
@@ -71,12 +84,34 @@ def generation_policy(cfg: BackendConfig) -> ClientPolicy:
     )
 
 
+# SIGTERM (Slurm, Kubernetes) comes with a grace period before SIGKILL (30 s by default in
+# both): finish what is in flight for at most this long, then commit and exit.
+TERM_GRACE_S = 15.0
+
+
+class _OthersCommitted:
+    """Conversation ids other jobs committed into the folder since the last look (only new
+    part files are read)."""
+
+    def __init__(self, out: Path, job_id: str, seen: set[Path]):
+        self.out, self.job_id, self.seen = out, job_id, set(seen)
+
+    def __call__(self) -> set[str]:
+        new = [
+            p
+            for p in shard_paths(self.out)
+            if p not in self.seen and part_job(p.name) != self.job_id
+        ]
+        self.seen.update(new)
+        return {i.split("#")[0] for i in id_index(self.out, new)[0]} if new else set()
+
+
 async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool) -> dict[str, Any]:
     out = cfg.generate_out
     out.mkdir(parents=True, exist_ok=True)
+    job_id = new_job_id()
+    seen = set(shard_paths(out))
     jobs, skipped = load_jobs(cfg, renderer, _conversation_ids(out))
-    # errors.jsonl describes the latest run: ids that failed before are not done, so they
-    # are retried now and their new outcome is recorded.
     started = time.time()
     settings = generation_settings(
         cfg.backend, renderer, cfg.model.dir, cfg.model.trust_remote_code
@@ -90,9 +125,10 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
         url_file=cfg.backend.url_file,
         url_file_s=cfg.backend.url_file_s,
     ) as pool:
-        writer = ShardWriter(out, cfg.generate.shard_size)
+        record = start_job(out, job_id, _static(cfg, renderer, pool))
+        writer = ShardWriter(out, cfg.generate.shard_size, job_id=job_id)
         with (
-            (out / "errors.jsonl").open("wb") as errors,
+            job_errors_path(out, job_id).open("ab") as errors,
             GenerationProgress(len(jobs), enabled=show_progress) as bar,
         ):
             engine = Engine(
@@ -102,41 +138,53 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
                 flush_s=cfg.generate.flush_s,
                 multi_turn=make_multi_turn(renderer),
                 on_progress=bar.update,
+                done_elsewhere=_OthersCommitted(out, job_id, seen),
             )
             loop = asyncio.get_running_loop()
-            interrupts = 0
 
-            def on_signal() -> None:
-                nonlocal interrupts
-                interrupts += 1
-                engine.stop.set()  # first: finish in-flight, flush; second: cancel now
-                if interrupts > 1:
-                    for task in asyncio.all_tasks(loop):
-                        if task is not asyncio.current_task(loop):
-                            task.cancel()
+            def on_signal(sig: signal.Signals) -> None:
+                # SIGINT: finish in flight, a second one cancels now; SIGTERM: finish in
+                # flight for at most TERM_GRACE_S. Either way what is done is committed.
+                first = engine.signal is None
+                if first:
+                    engine.signal = "terminated" if sig == signal.SIGTERM else "interrupted"
+                engine.stop.set()
+                if sig == signal.SIGTERM and first:
+                    loop.call_later(TERM_GRACE_S, engine.cancel)
+                elif not first:
+                    engine.cancel()
 
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal)
+                loop.add_signal_handler(sig, on_signal, sig)
             try:
                 stats: Stats = await engine.run(jobs)
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
+                # the work is committed; let the record and the combined manifest be written
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 bar.update(engine.stats, force=True)
-        return _manifest(cfg, renderer, engine, stats, pool, skipped, started)
+        record = end_job(
+            out,
+            {
+                **record,
+                "complete": not engine.stop.is_set(),
+                "stopped_reason": engine.stopped_reason
+                or ("interrupted" if engine.stop.is_set() else None),
+                "this_run": {**stats.as_dict(), "skipped": dict(skipped)},
+                "started_unix": started,
+            },
+        )
+    return _combine(out, record)
 
 
-def _manifest(cfg, renderer, engine, stats, pool, skipped, started) -> dict[str, Any]:
-    out = cfg.generate_out
-    committed = committed_ids(out)
+def _static(cfg: PipelineConfig, renderer: Renderer, pool) -> dict[str, Any]:
+    """What this job generated with (its record; the combined manifest repeats the latest)."""
     default, per = plans(cfg)
-    manifest = {
+    return {
         "stage": "generate",
         "eyas_version": __version__,
         "schema_version": SCHEMA_VERSION,
-        "complete": not engine.stop.is_set(),
-        "stopped_reason": engine.stopped_reason
-        or ("interrupted" if engine.stop.is_set() else None),
         "input": str(cfg.generate_input),
         "backend": {
             "kind": cfg.backend.kind,
@@ -151,22 +199,41 @@ def _manifest(cfg, renderer, engine, stats, pool, skipped, started) -> dict[str,
             "per_dataset": {k: v.as_dict() for k, v in per.items()},
         },
         "shard": cfg.generate.shard,
-        "this_run": {**stats.as_dict(), "skipped": dict(skipped), "started_unix": started},
-        "counts": {
-            "conversations_done": len({i.split("#")[0] for i in committed}),
-            "samples": len(committed),
-        },
     }
-    write_json(out / "manifest.json", manifest)
-    return manifest
+
+
+def _combine(out: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite the folder's combined `manifest.json` and `errors.jsonl` from every job's files
+    (a snapshot: `eyas status` recomputes it); return this job's record with the counts."""
+    by_job, rows = ids_by_job(out)
+    committed = set().union(*by_job.values()) if by_job else set()
+    duplicates = rows - len(committed)
+    conversations = {i.split("#")[0] for i in committed}
+    errors = write_combined_errors(out, by_job)
+    status = run_status(out, len(committed), duplicates)
+    counts = {
+        "conversations_done": len(conversations),
+        "samples": len(committed),
+        "duplicates": duplicates,
+        "failed_outstanding": len(errors),
+    }
+    combined = {**record, **status, "counts": counts, "job": record["job_id"]}
+    for key in ("job_id", "host", "pid", "state", "started_unix", "ended_unix"):
+        combined.pop(key, None)
+    write_json(out / "manifest.json", combined)
+    return {**record, "counts": counts, "run": status}
 
 
 def run_generate(
     cfg: PipelineConfig, renderer: Renderer, show_progress: bool = True
 ) -> dict[str, Any]:
-    try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
-        import uvloop
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
+            import uvloop
 
-        return uvloop.run(_generate(cfg, renderer, show_progress))
-    except ImportError:
-        return asyncio.run(_generate(cfg, renderer, show_progress))
+            return uvloop.run(_generate(cfg, renderer, show_progress))
+        except ImportError:
+            return asyncio.run(_generate(cfg, renderer, show_progress))
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,7 +1,9 @@
 """Captured target hidden states: the `eyas capture` stage's output, read by `eyas train
 --hidden-states`.
 
-A capture directory holds `part-NNNNN.safetensors` shards, `manifest.json` and `errors.jsonl`.
+A capture directory holds `part-<job>-NNNNN.safetensors` shards, the job records under `jobs/`,
+and the combined `manifest.json` and `errors.jsonl`; several capture jobs may write one folder
+at once (`eyas.store.runs`).
 Each shard stores its samples back to back:
 - `hidden_states` [tokens, L, H]: per token of `prompt_ids + output_ids`, the target's aux
   layers (in the manifest's order) and, last, its final layer before the final norm;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from eyas.errors import EyasError
-from eyas.jsonl import read_json_object
+from eyas.store.runs import clean_stale_tmps, new_job_id, part_job, stage_manifest
 
 
 def capture_shards(capture_dir: str | Path) -> list[Path]:
@@ -76,57 +79,105 @@ class CapturedRow:
 
 
 class CaptureWriter:
-    """Buffers captured samples and commits them as atomic safetensors shards."""
+    """Buffers captured samples and commits them as atomic safetensors shards named after this
+    job (`part-<job>-NNNNN`), so several capture jobs can write one folder (`eyas.store.runs`).
 
-    def __init__(self, capture_dir: str | Path, shard_size: int, dtype: torch.dtype):
+    `add` only appends under a short lock; the shard it completes is taken out of the buffer
+    and written by the caller's thread, so several shards can be serialised and fsynced at once
+    while the requests in flight carry on."""
+
+    def __init__(
+        self,
+        capture_dir: str | Path,
+        shard_size: int,
+        dtype: torch.dtype,
+        job_id: str | None = None,
+    ):
         self.dir = Path(capture_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.shard_size = shard_size
         self.dtype = dtype
-        for stale in self.dir.glob(".part-*.tmp"):
-            stale.unlink()  # a shard that was being written when the process died
-        existing = [int(p.stem.split("-")[1]) for p in capture_shards(self.dir)]
-        self._next = max(existing, default=-1) + 1
+        self.job_id = job_id or new_job_id()
+        clean_stale_tmps(self.dir)  # shards being written when their (local) job died
+        self._next = 0
         self._rows: list[tuple[str, str, torch.Tensor, list[int], list[int]]] = []
+        self._lock = threading.Lock()
         self.num_committed = 0
 
     def add(
         self, sample_id: str, dataset: str, states: torch.Tensor, ids: list[int], mask: list[int]
-    ) -> None:
+    ) -> Path | None:
         """states: [T, L, H] for the T = len(ids) tokens."""
         if states.shape[0] != len(ids) or len(mask) != len(ids):
             raise ValueError(f"{sample_id}: {states.shape[0]} states for {len(ids)} ids")
-        self._rows.append((sample_id, dataset, states.to(self.dtype), ids, mask))
-        if len(self._rows) >= self.shard_size:
-            self.flush()
+        row = (sample_id, dataset, states.to(self.dtype), ids, mask)
+        with self._lock:
+            self._rows.append(row)
+            full = len(self._rows) >= self.shard_size
+        return self.flush() if full else None
+
+    def _take(self, name: str | None) -> tuple[list, Path] | None:
+        with self._lock:
+            if not self._rows:
+                return None
+            rows, self._rows = self._rows, []
+            final = self.dir / (name or f"part-{self.job_id}-{self._next:05d}.safetensors")
+            self._next += name is None
+            return rows, final
 
     def flush(self, name: str | None = None) -> Path | None:
         """Commit the buffered samples as one shard (`name`: its file name instead of the next
-        `part-NNNNN`)."""
-        if not self._rows:
+        `part-<job>-NNNNN`)."""
+        taken = self._take(name)
+        if taken is None:
             return None
-        lengths = [len(r[3]) for r in self._rows]
+        rows, final = taken
+        lengths = [len(r[3]) for r in rows]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         tensors = {
-            "hidden_states": torch.cat([r[2] for r in self._rows]).contiguous(),
-            "input_ids": torch.tensor([t for r in self._rows for t in r[3]], dtype=torch.int32),
-            "loss_mask": torch.tensor([m for r in self._rows for m in r[4]], dtype=torch.int8),
+            "hidden_states": torch.cat([r[2] for r in rows]).contiguous(),
+            "input_ids": torch.tensor([t for r in rows for t in r[3]], dtype=torch.int32),
+            "loss_mask": torch.tensor([m for r in rows for m in r[4]], dtype=torch.int8),
             "offsets": torch.from_numpy(offsets),
         }
         meta = {
-            "ids": json.dumps([r[0] for r in self._rows]),
-            "datasets": json.dumps([r[1] for r in self._rows]),
+            "ids": json.dumps([r[0] for r in rows]),
+            "datasets": json.dumps([r[1] for r in rows]),
         }
-        final = self.dir / (name or f"part-{self._next:05d}.safetensors")
         tmp = self.dir / f".{final.stem}.tmp"
         save_file(tensors, str(tmp), metadata=meta)
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, final)  # the commit point
-        self._next += name is None
-        self.num_committed += len(self._rows)
-        self._rows = []
+        with self._lock:
+            self.num_committed += len(rows)
         return final
+
+
+def shard_index(path: Path) -> tuple[list[str], list[int]]:
+    """(ids, token counts) of one committed shard, from its metadata and offsets only."""
+    ids = _listed(path, _metadata(path), "ids")
+    with safe_open(str(path), "pt") as st:
+        offsets = st.get_tensor("offsets").tolist()
+    return ids, np.diff(offsets).tolist()
+
+
+def capture_counts(capture_dir: str | Path) -> tuple[dict[str, int], dict[str | None, set[str]]]:
+    """(samples and tokens captured, each id once, and the rows of ids captured twice;
+    job id -> the ids its shards hold)."""
+    by_job: dict[str | None, set[str]] = {}
+    seen: set[str] = set()
+    tokens = duplicates = 0
+    for path in capture_shards(capture_dir):
+        ids, lengths = shard_index(path)
+        by_job.setdefault(part_job(path.name), set()).update(ids)
+        for sid, n in zip(ids, lengths):
+            if sid in seen:
+                duplicates += 1
+                continue
+            seen.add(sid)
+            tokens += n
+    return {"samples": len(seen), "tokens": tokens, "duplicates": duplicates}, by_job
 
 
 def read_shard_rows(path: Path) -> list[CapturedRow]:
@@ -159,17 +210,22 @@ def read_shard_rows(path: Path) -> list[CapturedRow]:
 
 
 def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict]:
-    """Every captured sample (ids and masks; the states stay on disk) and the manifest."""
+    """Every captured sample, once (the first in part-name order when two jobs raced on an
+    id; the ids and masks, the states stay on disk), and the manifest."""
     capture_dir = Path(capture_dir)
-    manifest_path = capture_dir / "manifest.json"
-    if not capture_dir.is_dir() or not manifest_path.exists():
+    manifest = stage_manifest(capture_dir) if capture_dir.is_dir() else {}
+    if not manifest:
         raise EyasError("no_input", f"{capture_dir} is not an eyas capture (no manifest.json)")
     rows: list[CapturedRow] = []
+    seen: set[str] = set()
     for path in capture_shards(capture_dir):
-        rows += read_shard_rows(path)
+        for row in read_shard_rows(path):
+            if row.id not in seen:
+                seen.add(row.id)
+                rows.append(row)
     if not rows:
         raise EyasError("no_input", f"{capture_dir} holds no captured shards")
-    return rows, read_json_object(manifest_path)
+    return rows, manifest
 
 
 class StateReader:

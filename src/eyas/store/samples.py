@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.errors import unreadable
-from eyas.jsonl import open_input, parse_line, read_json_object, require_file
+from eyas.jsonl import open_input, parse_line, require_file
 from eyas.records import RecordError, Sample
+from eyas.store.runs import stage_manifest
 
 
 def read_parquet(path: str | Path, columns: list[str] | None = None) -> pa.Table:
@@ -101,6 +102,7 @@ class SampleTable:
     sampling_json: list[str | None]
     source: str = ""
     manifest: dict = field(default_factory=dict)
+    duplicates: int = 0  # rows of an id committed again by another job, dropped on load
     _parsed: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -294,9 +296,9 @@ def load_table(path: str | Path) -> SampleTable:
     if path.is_dir() and (path / "generate").is_dir() and not list(path.glob("*.parquet")):
         path = path / "generate"  # a run directory
     manifest: dict = {}
+    duplicates = 0
     if path.is_dir():
-        if (path / "manifest.json").exists():
-            manifest = read_json_object(path / "manifest.json")
+        manifest = stage_manifest(path)
         files = sorted(path.glob("*.parquet"))
         if not files:
             raise RecordError("no_input", f"{path} holds no Parquet shards")
@@ -304,6 +306,7 @@ def load_table(path: str | Path) -> SampleTable:
             table = pa.concat_tables([read_parquet(f) for f in files], promote_options="default")
         except pa.ArrowInvalid as exc:
             raise RecordError("bad_column", f"{path}: shards with unlike columns ({exc})") from exc
+        table, duplicates = _first_of_each_id(table)
         out = _from_arrow(table, str(path))
     elif path.suffix == ".parquet":
         out = _from_arrow(read_parquet(path), str(path))
@@ -312,7 +315,23 @@ def load_table(path: str | Path) -> SampleTable:
     else:
         raise RecordError("no_input", f"{path} does not exist")
     out.manifest = manifest
+    out.duplicates = duplicates
     return out
+
+
+def _first_of_each_id(table: pa.Table) -> tuple[pa.Table, int]:
+    """Several jobs writing one folder can race to commit the same id: keep its first row in
+    part-name order (deterministic), drop and count the rest."""
+    if "id" not in table.column_names:
+        return table, 0
+    seen: set = set()
+    keep = np.ones(table.num_rows, dtype=bool)
+    for k, sid in enumerate(table.column("id").to_pylist()):
+        if sid in seen:
+            keep[k] = False
+        seen.add(sid)
+    dropped = int((~keep).sum())
+    return (table.filter(pa.array(keep)) if dropped else table), dropped
 
 
 def read_samples(path: str | Path) -> Iterator[Sample]:

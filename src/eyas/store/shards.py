@@ -1,7 +1,8 @@
 """Parquet shards of samples: the generate stage's output (docs/architecture.md, "Store").
 
-A stage directory holds `part-NNNNN.parquet` shards, `manifest.json` and `errors.jsonl`.
-Shards are written to a temporary name and renamed when complete, so a crash or SIGKILL leaves
+A stage directory holds `part-<job>-NNNNN.parquet` shards (older runs: `part-NNNNN.parquet`),
+the job records under `jobs/`, and the combined `manifest.json` and `errors.jsonl`
+(`eyas.store.runs`: many jobs may write one folder at once). Shards are written to a temporary name and renamed when complete, so a crash or SIGKILL leaves
 only whole shards. Resume reads the `id` column of the committed shards and skips those ids;
 it never counts lines. The files are plain Parquet (ids as list<int32>), readable by pyarrow
 and `datasets.load_dataset("parquet", ...)` without eyas.
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eyas.records import Sample
+from eyas.store.runs import clean_stale_tmps, new_job_id, part_job
 from eyas.store.samples import Ragged, read_parquet
 
 SCHEMA = pa.schema(
@@ -48,11 +50,28 @@ def shard_paths(stage_dir: str | Path) -> list[Path]:
 
 
 def committed_ids(stage_dir: str | Path) -> set[str]:
-    """Ids in committed shards (the resume index)."""
-    ids: set[str] = set()
-    for path in shard_paths(stage_dir):
-        ids.update(read_parquet(path, columns=["id"]).column("id").to_pylist())
-    return ids
+    """Ids in committed shards of every job (the resume index)."""
+    return id_index(stage_dir)[0]
+
+
+def id_index(stage_dir: str | Path, paths: list[Path] | None = None) -> tuple[set[str], int]:
+    """(ids committed in the shards, rows beyond the first of an id: two jobs that raced)."""
+    by_job, rows = ids_by_job(stage_dir, paths)
+    ids = set().union(*by_job.values()) if by_job else set()
+    return ids, rows - len(ids)
+
+
+def ids_by_job(
+    stage_dir: str | Path, paths: list[Path] | None = None
+) -> tuple[dict[str | None, set[str]], int]:
+    """(job id -> ids its shards hold (None: old unnamed shards), rows read)."""
+    by_job: dict[str | None, set[str]] = {}
+    rows = 0
+    for path in shard_paths(stage_dir) if paths is None else paths:
+        column = read_parquet(path, columns=["id"]).column("id").to_pylist()
+        rows += len(column)
+        by_job.setdefault(part_job(path.name), set()).update(column)
+    return by_job, rows
 
 
 def _to_columns(samples: list[Sample]) -> dict[str, Any]:
@@ -79,22 +98,20 @@ def _to_columns(samples: list[Sample]) -> dict[str, Any]:
 
 
 class ShardWriter:
-    """Buffers samples and commits them as atomic Parquet shards.
-
-    Shard numbers continue after the highest existing one, so a resumed run never
-    overwrites committed data.
+    """Buffers samples and commits them as atomic Parquet shards named after this job
+    (`part-<job>-NNNNN.parquet`), so no two jobs writing one folder can collide: a job never
+    replaces or deletes another's shard (`eyas.store.runs`).
     """
 
-    def __init__(self, stage_dir: str | Path, shard_size: int = 2000):
+    def __init__(self, stage_dir: str | Path, shard_size: int = 2000, job_id: str | None = None):
         self.stage_dir = Path(stage_dir)
         self.stage_dir.mkdir(parents=True, exist_ok=True)
         self.shard_size = shard_size
+        self.job_id = job_id or new_job_id()
         self._buffer: list[Sample] = []
-        existing = [int(p.stem.split("-")[1]) for p in shard_paths(self.stage_dir)]
-        self._next = max(existing, default=-1) + 1
+        self._next = 0
         self.num_committed = 0
-        for stale in self.stage_dir.glob(".part-*.tmp"):
-            stale.unlink()  # a shard that was being written when the process died
+        clean_stale_tmps(self.stage_dir)  # shards being written when their (local) job died
 
     def add(self, sample: Sample) -> None:
         self._buffer.append(sample)
@@ -116,8 +133,8 @@ class ShardWriter:
         if not self._buffer:
             return None
         table = pa.table(_to_columns(self._buffer), schema=SCHEMA)
-        final = self.stage_dir / f"part-{self._next:05d}.parquet"
-        tmp = self.stage_dir / f".part-{self._next:05d}.tmp"
+        final = self.stage_dir / f"part-{self.job_id}-{self._next:05d}.parquet"
+        tmp = self.stage_dir / f".{final.stem}.tmp"
         pq.write_table(table, tmp)
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
