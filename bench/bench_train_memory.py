@@ -9,6 +9,13 @@ the same run at T = 256. Growth per doubling = extra(2T) / extra(T): linear memo
 quadratic 4. Goals: at most 2.2x per doubling, 8,192 tokens at most 6x the extra memory of
 2,048, and 32k trains on this machine.
 
+`--ac` instead compares activation checkpointing on and off at TTT 7 (`--ac-ttt`) for
+`--ac-lengths`: the drafter steps' own peak resident memory per token (target states computed
+first; VmHWM reset through /proc/self/clear_refs; glibc's mmap threshold fixed so RSS follows
+the live tensors) and their CPU and wall time; the goal is at least 2x less memory. It writes
+the `activation_checkpointing` section of the results file, keeping the rest. The length sweep
+runs with activation checkpointing off, as it was measured before the flag existed.
+
 Peer: speculators 0.9.0 `Eagle3DraftModel` (sdpa, eager KL loss, TTT 3) on the same dims with
 random states (bench/peer_speculators_memory.py in the speculators venv), at the lengths it
 fits in `--peer-limit-gb` within `--timeout` seconds.
@@ -32,8 +39,20 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE = 256
 
 
-def child_eyas(length: int) -> dict:
-    """Run in a fresh process: train one T-token sample for 2 steps; peak RSS and step time."""
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def child_eyas(length: int, ttt: int = 3, ac: str = "off", drafter_only: bool = False) -> dict:
+    """Run in a fresh process: train one T-token sample for 2 steps; peak RSS and step time.
+
+    `drafter_only`: the target's outputs are computed once before the steps, and the peak is
+    the resident high-water mark (VmHWM, reset through /proc/self/clear_refs) above the
+    resident size just before them: the drafter step's own memory, without the target
+    forward's (eager attention, quadratic in T) or the imports'."""
     from eyas.config import TrainConfig
     from eyas.toy.build import build_toy
     from eyas.train.loop import Trainer
@@ -60,7 +79,8 @@ def child_eyas(length: int) -> dict:
             data=data,
             out=Path(tmp) / "d",
             steps=2,
-            ttt=3,
+            ttt=ttt,
+            activation_checkpointing=ac,
             draft_vocab=256,
             batch_tokens=length + 64,
             # past the tiny toy's 4,096 positions: RoPE extends, and memory is what is measured
@@ -70,9 +90,32 @@ def child_eyas(length: int) -> dict:
         )
         trainer = Trainer(cfg, log=lambda s: None)
         trainer.setup()
+        if drafter_only:
+            import gc
+
+            seqs, _ = trainer._batch_at(0)
+            from eyas.train.loop import _collate
+
+            ids, _ = _collate(seqs, trainer.device)
+            outputs = trainer._target_outputs(ids, seqs)
+            trainer._target_outputs = lambda ids, seqs: outputs
+            gc.collect()
+            Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+            before = _status_kb("VmRSS")
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         hist = trainer.train()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+        peak = _status_kb("VmHWM") if drafter_only else 0
         trainer.cleanup()
     step_s = hist[-1]["elapsed_s"] - hist[0]["elapsed_s"]
+    if drafter_only:
+        return {
+            "step_peak_mb": round((peak - before) / 1024, 1),
+            "step_s": round(step_s, 2),
+            "cpu_s": round(cpu_s, 2),
+            "trained_positions": hist[-1]["trained_positions"],
+        }
     return {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_s": round(step_s, 2),
@@ -94,6 +137,85 @@ def run_child(cmd: list[str], timeout: float, env: dict | None = None) -> dict |
     return json.loads(line.removeprefix("RESULT "))
 
 
+def compare_checkpointing(args: argparse.Namespace) -> None:
+    """Peak RSS per trained token and step time at TTT `--ac-ttt`, AC on vs off, each run in
+    a fresh process; per token = (peak RSS at T - peak RSS at T=256, same mode) / (T - 256)."""
+    me = [sys.executable, str(Path(__file__).resolve())]
+    ttt = ["--child-ttt", str(args.ac_ttt), "--child-drafter-only"]
+    # A fixed mmap threshold: every tensor over 64 KiB is mapped and unmapped with its
+    # lifetime, so the resident high-water mark follows the live tensors instead of glibc's
+    # heap, which keeps freed memory resident once its dynamic threshold has grown.
+    env = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+    load_before = os.getloadavg()
+    rows, base = [], {}
+    path = Path(args.json)
+
+    def write(rows: list[dict]) -> None:  # after every length: a long run keeps what it measured
+        out = json.loads(path.read_text()) if path.exists() else {"bench": "train_memory"}
+        out["activation_checkpointing"] = _ac_section(args, base, rows, load_before)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+
+    for mode in ("off", "on"):
+        got = run_child(
+            [*me, "--child", str(BASELINE), *ttt, "--child-ac", mode], args.timeout, env
+        )
+        if isinstance(got, str):
+            raise SystemExit(f"baseline ({mode}) run {got}")
+        base[mode] = got
+    for t in [int(x) for x in args.ac_lengths.split(",")]:
+        row: dict = {"tokens": t}
+        for mode in ("off", "on"):
+            got = run_child([*me, "--child", str(t), *ttt, "--child-ac", mode], args.timeout, env)
+            if isinstance(got, dict):
+                extra = got["step_peak_mb"] - base[mode]["step_peak_mb"]
+                got["extra_mb"] = round(extra, 1)
+                got["kb_per_token"] = round(extra * 1024 / (t - BASELINE), 2)
+            row[mode] = got
+            print(f"T={t} AC {mode}: {got}", flush=True)
+        on, off = row["on"], row["off"]
+        if isinstance(on, dict) and isinstance(off, dict):
+            row["memory_reduction"] = round(off["kb_per_token"] / on["kb_per_token"], 2)
+            row["step_time_ratio"] = round(on["step_s"] / max(off["step_s"], 1e-9), 2)
+            row["cpu_time_ratio"] = round(on["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
+        rows.append(row)
+        write(rows)
+    print(f"\nTTT {args.ac_ttt}, toy tiny (hidden 96), one sample, CPU; peak RSS per token")
+    print(f"{'T':>7}{'off KB/tok':>12}{'on KB/tok':>11}{'cut':>7}{'off step s':>12}"
+          f"{'on step s':>11}{'time x':>8}{'CPU time x':>12}")  # fmt: skip
+    for r in rows:
+        on, off = r["on"], r["off"]
+        if not (isinstance(on, dict) and isinstance(off, dict)):
+            print(f"{r['tokens']:>7}  {off if isinstance(off, str) else on}")
+            continue
+        print(
+            f"{r['tokens']:>7}{off['kb_per_token']:>12}{on['kb_per_token']:>11}"
+            f"{r['memory_reduction']:>7}{off['step_s']:>12}{on['step_s']:>11}"
+            f"{r['step_time_ratio']:>8}{r['cpu_time_ratio']:>12}"
+        )
+
+
+def _ac_section(args, base, rows, load_before) -> dict:
+    return {
+        "command": "python bench/bench_train_memory.py --ac "
+        + " ".join(f"--ac-ttt {args.ac_ttt} --ac-lengths {args.ac_lengths}".split()),
+        "measure": "peak resident memory (VmHWM) of the 2 training steps above the resident "
+        "size before them, target outputs precomputed; minus the same at T=256, per token; "
+        "CPU, fp32, toy tiny drafter (hidden 96, 3 heads x 32, MLP 256), draft vocab 256, "
+        "one sample; MALLOC_MMAP_THRESHOLD_=65536 so RSS follows the live tensors",
+        "step_s": "wall time of the second optimizer step (the machine is shared: see the load)",
+        "cpu_s": "CPU seconds (user + system) of the process over both steps: the compute the "
+        "recompute costs, less sensitive to other processes than wall time",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "ttt": args.ac_ttt,
+        "baseline_tokens": BASELINE,
+        "baseline": base,
+        "rows": rows,
+        "goal": {"memory_reduction_at_least": 2.0},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="1024,2048,4096,8192,16384,32768")
@@ -101,10 +223,25 @@ def main() -> None:
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--peer-limit-gb", type=float, default=16)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-ttt", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--child-ac", default="off", help=argparse.SUPPRESS)
+    ap.add_argument("--child-drafter-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--ac",
+        action="store_true",
+        help="instead of the length sweep: activation checkpointing on vs off at --ac-ttt, "
+        "for --ac-lengths (the result's `activation_checkpointing` section)",
+    )
+    ap.add_argument("--ac-ttt", type=int, default=7)
+    ap.add_argument("--ac-lengths", default="2048,4096,8192")
     ap.add_argument("--json", default="bench/results/train_memory.json")
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child_eyas(args.child)), flush=True)
+        got = child_eyas(args.child, args.child_ttt, args.child_ac, args.child_drafter_only)
+        print("RESULT " + json.dumps(got), flush=True)
+        return
+    if args.ac:
+        compare_checkpointing(args)
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     me = [sys.executable, str(Path(__file__).resolve())]

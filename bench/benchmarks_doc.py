@@ -598,6 +598,7 @@ def r_methods(d: dict) -> Section:
                 o["acceptance_length"],
                 num(o["per_position"], 2),
                 " / ".join(num(o["datasets"].get(n), 2) for n in tool) or "–",
+                num(r["train_slot_acc"], 2) if "train_slot_acc" in r else "–",
                 o.get("drafter_ms_per_verify_step"),
                 o["lossless"],
                 served,
@@ -613,13 +614,23 @@ def r_methods(d: dict) -> Section:
             "acceptance length",
             "per position",
             tools or "tool families",
+            "training accuracy per slot (last fifth)",
             "drafter ms per verify step",
             "lossless",
             "served (AL, speedup, lossless)",
         ],
         rows,
     )
-    if budget:
+    enforced = next((r["budget_seconds"] for r in res.values() if "budget_seconds" in r), None)
+    if enforced:
+        s.lines.append(
+            f"- Same wall-clock: the methods trained in turns (the one with the least time used "
+            f"stepping next) until each had used {num(enforced)} s, EAGLE-3's first pass; a "
+            "row's train s is what it used (at most one step over). Same steps: in turns too, "
+            "so the machine's load fell on all three alike."
+        )
+        s.lines.append("")
+    elif budget:
         again = next(
             (
                 r["train_seconds"]
@@ -851,6 +862,41 @@ def r_train_memory(d: dict) -> Section:
         f"{num(goals.get('growth_per_doubling'))}×.",
         "",
     ]
+    ac = d.get("activation_checkpointing")
+    if ac:
+        s.lines += [
+            f"Activation checkpointing at TTT {num(ac['ttt'])}, on against off: {ac['measure']} "
+            f"(`{ac['command']}`; load average {num(ac['load_average_before'][0])} before, "
+            f"{num(ac['load_average_after'][0])} after).",
+            "",
+        ]
+        ac_rows = [
+            [
+                r["tokens"],
+                r["off"]["kb_per_token"],
+                r["on"]["kb_per_token"],
+                f"{num(r['memory_reduction'])}×",
+                r["off"]["step_s"],
+                r["on"]["step_s"],
+                f"{num(r['step_time_ratio'])}×",
+                f"{num(r.get('cpu_time_ratio'))}×",
+            ]
+            for r in ac["rows"]
+            if "memory_reduction" in r
+        ]
+        s.lines += table(
+            [
+                "tokens",
+                "off KB/token",
+                "on KB/token",
+                "cut",
+                "off step s",
+                "on step s",
+                "wall time",
+                "CPU time",
+            ],
+            ac_rows,
+        )
     return s
 
 

@@ -175,6 +175,82 @@ print("ok", float(loss))
     return "one GPU: NCCL world size 1, the drafter sharded by FSDP2, a bf16 step, gathered"
 
 
+def fsdp2_bf16() -> str:
+    """FSDP2 with eyas's mixed-precision policy (bf16 all-gather and compute, fp32 reduce and
+    master weights), the frozen embedding outside the units and activation checkpointing on:
+    `eyas train --fsdp --precision bf16` on every GPU when there are two or more; on one GPU
+    (and in --rehearse, on CPU with gloo) the same wrapping by hand at world size 1, checking
+    the dtypes the policy promises."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus >= 2:
+        out = W / "drafter-fsdp-bf16"
+        args = ["--target", W / "toy-tiny", "--data", data("tiny"), "--out", out]
+        args += ["--steps", 10, "--ttt", 7, "--draft-vocab", 512, "--fsdp"]
+        args += ["--precision", "bf16", "--activation-checkpointing", "on", "--keep-last", 1]
+        cmd = ["torchrun", f"--nproc-per-node={gpus}", "-m", "eyas.cli", "train", *map(str, args)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV)
+        log = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode == 0, log[-800:]
+        assert "bf16 compute, fp32 reduce" in log, log[-800:]
+        kept = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
+        assert kept == ["step-0000010"], kept
+        return f"eyas train --fsdp --precision bf16 on {gpus} GPUs (NCCL); checkpoints {kept}"
+    code = r"""
+import copy, os, torch, torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from eyas.drafter.registry import get_method
+from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
+cuda = torch.cuda.is_available()
+dev = "cuda" if cuda else "cpu"
+dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+if cuda:
+    torch.cuda.set_device(0)
+cfg = Eagle3Config(hidden_size=256, intermediate_size=512, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=1000, draft_vocab_size=500, target_hidden_size=256,
+    aux_layer_ids=[1, 2, 3])
+model = Eagle3Drafter(cfg).to(dev)
+ref = copy.deepcopy(model).to(torch.bfloat16)  # what the policy computes, unsharded
+frozen = {p for p in model.parameters() if not p.requires_grad}
+for p in frozen:
+    p.data = p.data.to(torch.bfloat16)
+policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+    cast_forward_inputs=False)  # as eyas train: autocast casts (the TTT cache is a list)
+for unit in get_method("eagle3").fsdp_units(model):
+    fully_shard(unit, mp_policy=policy)
+fully_shard(model, mp_policy=policy, ignored_params=frozen)
+seen = []
+model.midlayer.register_forward_hook(lambda m, i, o: seen.append(o[0].dtype))
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+ids = torch.randint(0, 1000, (2, 128), device=dev)
+aux = torch.randn(2, 128, 768, device=dev)
+with torch.autocast(dev, dtype=torch.bfloat16):
+    hs = model(ids, aux, 3, checkpoint_layers=True)
+    loss = sum(model.logits(h).float().logsumexp(-1).mean() for h in hs)
+loss.backward()
+assert seen and all(d == torch.bfloat16 for d in seen), seen
+with torch.no_grad(), torch.autocast(dev, dtype=torch.bfloat16):
+    want = ref(ids, aux, 3)
+for k, (h, w) in enumerate(zip(hs, want)):  # every TTT step sees the earlier steps' keys
+    err = float((h.float() - w.float()).abs().max())
+    assert err < 0.1, f"TTT step {k} differs from the unsharded bf16 drafter by {err}"
+grads = [p.grad for p in model.parameters() if p.requires_grad]
+assert all(g is not None and g.dtype == torch.float32 for g in grads)
+assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+assert model.embed_tokens.weight.dtype == torch.bfloat16  # frozen, outside every unit
+opt.step()
+assert torch.isfinite(loss)
+dist.destroy_process_group()
+print("ok", float(loss))
+"""
+    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and "ok" in res.stdout, (res.stdout + res.stderr)[-800:]
+    where = "one GPU, NCCL" if torch.cuda.is_available() else "CPU, gloo"
+    return f"{where}, world size 1: bf16 compute, fp32 grads and master weights, AC on"
+
+
 # -- vLLM's GPU build ---------------------------------------------------------------------------
 
 
@@ -304,6 +380,7 @@ def main() -> int:
     if not cuda:  # rehearsal: a CPU drafter for the serving checks
         trained = check("cpu_training", lambda: str(train("tiny", "eagle3", W / "drafter-eagle3")))
     check("fsdp2_nccl", fsdp2_nccl, needs=no_gpu)
+    check("fsdp2_bf16", fsdp2_bf16)  # in --rehearse: on CPU with gloo
     for method in ("eagle3", "eagle3.1", "dflash"):
         name = method.replace(".", "_")
 

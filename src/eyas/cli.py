@@ -465,6 +465,10 @@ def capture(cfg: CaptureConfig) -> None:
     "include_quarantined",
     "include_truncated",
     "fsdp",
+    "precision",
+    "activation_checkpointing",
+    "checkpoint_every",
+    "keep_last",
     "log_to",
     "trust_remote_code",
 )

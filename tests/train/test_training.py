@@ -179,7 +179,7 @@ def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_s
         assert wb[k].shape == wa[k].shape and torch.allclose(wa[k], wb[k], atol=1e-4), k
     # Roll the sharded run back to its step-2 checkpoint and let it resume.
     ckpts = tmp_path / "two" / "checkpoints"
-    assert (ckpts / "step-0000002" / "optimizer.pt").exists()
+    assert (ckpts / "step-0000002" / "dcp" / ".metadata").exists()
     (ckpts / "latest").write_text("step-0000002")
     metrics = tmp_path / "two" / "metrics.jsonl"
     kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= 2]
@@ -190,7 +190,7 @@ def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_s
     assert resumed[3] == pytest.approx(b[3], rel=1e-5)
     wr = _weights(tmp_path / "two")
     assert all(torch.allclose(wr[k], wb[k], atol=1e-5) for k in wb)
-    # A one-process checkpoint resumes under FSDP2 (same files, optimizer keyed by name).
+    # A one-process checkpoint resumes under FSDP2 (DCP reshards it).
     cross = tmp_path / "cross"
     shutil.copytree(
         tmp_path / "one" / "checkpoints" / "step-0000002", cross / "checkpoints" / "step-0000002"

@@ -64,14 +64,19 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def capture_layers(
-    target: Path, aux_layers: list[int] | None, method: str = "eagle3", method_cfg: Any = None
+    target: Path,
+    aux_layers: list[int] | None,
+    method: str = "eagle3",
+    method_cfg: Any = None,
+    model: TargetModel | None = None,
 ) -> tuple[list[int], TargetModel]:
     """(aux ids + [N], the target): HF `hidden_states` indices; the last is the final layer
     before its norm. The aux ids are the ones the drafter `method` fuses (its default for this
     target, or `aux_layers`, which it must accept): a capture serves one method's training.
     `method_cfg`: the training config when the capture streams into training (a DFlash
-    drafter's default layers follow its `draft_layers`)."""
-    model = target_model(target)
+    drafter's default layers follow its `draft_layers`); `model`: the target already read (its
+    directory is not read again)."""
+    model = model or target_model(target)
     depth = model.num_layers
     drafter = get_method(method)
     aux = aux_layers or drafter.default_aux_layers(depth, method_cfg)

@@ -75,12 +75,22 @@ def load_drafter(
     """The drafter in eval mode, float32, on `device`."""
     folder = resolve_drafter_dir(path, step)
     weights_file = folder / "model.safetensors"
-    if not weights_file.exists():
+    if (folder / "dcp").is_dir() and not weights_file.exists():
+        # a sharded training checkpoint: consolidated here; its frozen target tensors are
+        # read from the target it was trained on
+        from eyas.train.checkpoint import read_sharded_weights
+
+        weights = read_sharded_weights(folder)
+        target_dir = target_dir or read_json_object(folder / "drafter_config.json").get(
+            "target_dir"
+        )
+    elif not weights_file.exists():
         raise DrafterLoadError(f"{folder} has no model.safetensors")
-    try:
-        weights = load_file(str(weights_file))
-    except (SafetensorError, OSError) as exc:
-        raise unreadable(weights_file, "safetensors", exc) from exc
+    else:
+        try:
+            weights = load_file(str(weights_file))
+        except (SafetensorError, OSError) as exc:
+            raise unreadable(weights_file, "safetensors", exc) from exc
     if (folder / "drafter_config.json").exists():
         raw = read_json_object(folder / "drafter_config.json")
         method = get_method(raw.get("method", "eagle3"))  # drafters of eyas < 0.9: EAGLE-3

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,17 +229,97 @@ def read_capture_index(capture_dir: str | Path) -> tuple[list[CapturedRow], dict
     return rows, manifest
 
 
-class StateReader:
-    """Reads captured rows ([T, L, H] slices) without loading whole shards."""
+@dataclass
+class ShardOffsets:
+    """One shard's samples without their tokens (read later, with `read_shard_tokens`)."""
 
-    def __init__(self) -> None:
-        self._open: dict[Path, object] = {}
+    path: Path
+    ids: list[str]
+    datasets: list[str]
+    offsets: np.ndarray  # [n + 1] int64
+    duplicate: np.ndarray | None = None  # [n] bool: an id an earlier shard holds
+
+
+def read_shard_offsets(path: Path) -> ShardOffsets:
+    meta = _metadata(path)
+    ids, datasets = _listed(path, meta, "ids"), _listed(path, meta, "datasets")
+    with safe_open(str(path), "np") as st:
+        missing = {"offsets", "input_ids", "loss_mask", "hidden_states"} - set(st.keys())
+        if missing:
+            raise EyasError("invalid_capture", f"{path}: no tensor(s) {sorted(missing)}")
+        offsets = st.get_tensor("offsets").astype(np.int64)
+        tokens = st.get_slice("input_ids").get_shape()[0]
+        masks = st.get_slice("loss_mask").get_shape()[0]
+    if len(offsets) != len(ids) + 1 or len(datasets) != len(ids):
+        raise EyasError(
+            "invalid_capture", f"{path}: {len(ids)} ids for {len(offsets) - 1} offset rows"
+        )
+    if offsets[-1] != tokens or masks != tokens:
+        raise EyasError(
+            "invalid_capture", f"{path}: offsets end at {offsets[-1]} of {tokens} tokens"
+        )
+    return ShardOffsets(path, ids, datasets, offsets)
+
+
+def read_shard_tokens(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's token ids (int32) and loss mask (int8), all samples back to back."""
+    with safe_open(str(path), "np") as st:
+        return st.get_tensor("input_ids"), st.get_tensor("loss_mask")
+
+
+def read_shard_tokens_into(path: Path, ids_out: np.ndarray, mask_out: np.ndarray) -> None:
+    """Read a shard's `input_ids` (I32) and `loss_mask` (I8) straight into the given arrays
+    (same lengths, int32 and uint8): no per-shard copy, whose freed memory would stay resident
+    between the arrays that are kept. The safetensors layout: an 8-byte little-endian header
+    size, the JSON header with each tensor's dtype and byte range, then the data."""
+    with path.open("rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        for name, dtype, out in (("input_ids", "I32", ids_out), ("loss_mask", "I8", mask_out)):
+            info = header.get(name) or {}
+            start, end = info.get("data_offsets", (0, -1))
+            if info.get("dtype") != dtype or end - start != out.nbytes:
+                raise EyasError(
+                    "invalid_capture", f"{path}: {name} is not {dtype} of {len(out)} tokens"
+                )
+            f.seek(8 + size + start)
+            if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+                raise EyasError("invalid_capture", f"{path}: {name} is cut short")
+
+
+def read_capture_index_arrays(capture_dir: str | Path) -> tuple[list[ShardOffsets], dict]:
+    """What training indexes a capture from: per shard, the sample ids and offsets (the
+    tokens are read once, into the packed index; the states stay on disk)."""
+    capture_dir = Path(capture_dir)
+    manifest = stage_manifest(capture_dir) if capture_dir.is_dir() else {}
+    if not manifest:
+        raise EyasError("no_input", f"{capture_dir} is not an eyas capture (no manifest.json)")
+    shards = [read_shard_offsets(path) for path in capture_shards(capture_dir)]
+    if not shards:
+        raise EyasError("no_input", f"{capture_dir} holds no captured shards")
+    seen: set[str] = set()
+    for shard in shards:  # an id two jobs raced on: the first in part-name order, as above
+        shard.duplicate = np.array([sid in seen for sid in shard.ids], dtype=bool)
+        seen.update(shard.ids)
+    return shards, manifest
+
+
+class StateReader:
+    """Reads captured rows ([T, L, H] slices) without loading whole shards. Shards stay open
+    (least recently used closed first): a shuffled batch touches many shards, and reopening
+    one parses its header, every sample id included."""
+
+    def __init__(self, max_open: int = 512) -> None:
+        self._open: OrderedDict[Path, object] = OrderedDict()
+        self.max_open = max_open
 
     def read(self, row: CapturedRow, length: int | None = None) -> torch.Tensor:
         handle = self._open.get(row.shard)
         if handle is None:
-            if len(self._open) > 16:
-                self._open.clear()
+            while len(self._open) >= self.max_open:
+                self._open.popitem(last=False)
             handle = self._open[row.shard] = safe_open(str(row.shard), "pt")
+        else:
+            self._open.move_to_end(row.shard)
         end = row.end if length is None else row.start + length
         return handle.get_slice("hidden_states")[row.start : end]

@@ -1,16 +1,27 @@
-"""Checkpoints: drafter weights in safetensors; optimizer, scheduler and RNG with torch.save,
-read back with `weights_only=True` (tensors and plain values only: nothing is unpickled).
+"""Checkpoints, sharded: every rank writes and reads its own shard through
+`torch.distributed.checkpoint` (DCP), so no rank gathers the model and a checkpoint resumes at
+any world size, under FSDP2, DDP or one process. The frozen tensors copied from the target (the
+embedding; DFlash's head) are never saved: a resume re-reads them from the target.
 
-Layout: `OUT/checkpoints/step-NNNNNNN/` with `model.safetensors`, `drafter_config.json`,
-`vocab.json`, `optimizer.pt`, `state.json`; `OUT/checkpoints/latest` names the newest. A
-checkpoint is written to a temporary folder and renamed, so a kill never leaves half of one.
+Layout: `OUT/checkpoints/step-NNNNNNN/` with `dcp/` (DCP's `.metadata` and one `__R_0.distcp`
+file per rank: the trainable weights, buffers such as d2t/t2d, and the optimizer state, keyed by
+parameter name), `trainer.pt` (scheduler and RNG, read back with `weights_only=True`),
+`drafter_config.json` (what `eyas export` needs besides the weights) and `state.json` (step,
+data position, world size). A checkpoint is written into `.step-NNNNNNN.tmp/`, fsynced and
+renamed, so a killed run never leaves a half-written `step-*` folder; `latest` names the newest.
+After each commit only the newest `keep_last` are kept.
+
+Checkpoints of eyas before 0.10 (`model.safetensors` + `optimizer.pt`, written whole by rank 0)
+still load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +99,7 @@ def save_drafter(
     )
 
 
-def save_checkpoint(
+def save_whole_checkpoint(
     root: Path,
     step: int,
     model,
@@ -97,7 +108,9 @@ def save_checkpoint(
     state: dict,
     gathered: tuple[dict, dict | None] | None = None,
 ) -> Path:
-    """Rank 0 writes; `gathered` is `full_state(...)` when the model is sharded."""
+    """The layout of eyas < 0.10 (rank 0 writes everything, the frozen tensors included);
+    kept so the tests can check such checkpoints still resume. `gathered` is `full_state(...)`
+    when the model is sharded."""
     model_state, optim_state = gathered or full_state(model, optimizer)
     final = root / f"step-{step:07d}"
     tmp = root / f".step-{step:07d}.tmp"
@@ -120,16 +133,198 @@ def save_checkpoint(
     return final
 
 
+STATE_FILE = "state.json"
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
+
+
+def _complete(path: Path) -> bool:
+    """A committed checkpoint: sharded (DCP metadata) or whole (eyas < 0.10), with its state."""
+    if not (path / STATE_FILE).exists():
+        return False
+    return (path / "dcp" / ".metadata").exists() or (path / "model.safetensors").exists()
+
+
+def checkpoints(root: Path) -> list[Path]:
+    """Committed checkpoints, oldest first (temporary `.step-*.tmp` folders are not)."""
+    found = [p for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()]
+    return sorted((p for p in found if _complete(p)), key=_step_of)
+
+
 def latest_checkpoint(root: Path) -> Path | None:
+    """The one `latest` names when it is committed (a user may point it back), else the newest
+    committed one: a kill between the rename and the pointer's update loses nothing."""
     pointer = root / "latest"
-    if not pointer.exists():
-        return None
-    path = root / pointer.read_text().strip()
-    return path if path.exists() else None
+    if pointer.exists():
+        named = root / pointer.read_text().strip()
+        if named.name.startswith("step-") and _complete(named):
+            return named
+    done = checkpoints(root)
+    return done[-1] if done else None
+
+
+def frozen_names(model: nn.Module) -> set[str]:
+    """Parameters that are the target's (requires_grad False): never saved, re-read on resume."""
+    return {name for name, p in model.named_parameters() if not p.requires_grad}
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+@contextlib.contextmanager
+def _one_process_ok():
+    """DCP warns whenever it runs without a process group; one process is a supported case."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is .*single process")
+        yield
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if _distributed():
+        dist.barrier()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush every file and folder under `path` to storage before the rename commits it."""
+    for p in [*sorted(path.rglob("*"), reverse=True), path]:
+        _fsync(p)
+
+
+def _trainable_state(model: nn.Module, optimizer) -> dict:
+    """This rank's shard of the model (DTensors under FSDP2, whole tensors otherwise) less the
+    frozen tensors, and the optimizer state keyed by parameter name."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    frozen = frozen_names(model)
+    return {
+        "model": {k: v for k, v in model_state.items() if k not in frozen},
+        "optim": optim_state,
+    }
+
+
+def save_sharded(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer,
+    scheduler,
+    state: dict,
+    config: dict,
+    keep_last: int,
+    rank: int,
+) -> Path:
+    """Collective: every rank writes its shard; rank 0 commits, then applies retention."""
+    import torch.distributed.checkpoint as dcp
+
+    final = root / f"step-{step:07d}"
+    tmp = root / f".step-{step:07d}.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "dcp").mkdir(parents=True)
+    _barrier()
+    writer = dcp.FileSystemWriter(str(tmp / "dcp"), sync_files=True)
+    with _one_process_ok():
+        dcp.save(
+            _trainable_state(model, optimizer), storage_writer=writer, no_dist=not _distributed()
+        )
+    _barrier()  # every shard is on storage
+    if rank == 0:
+        torch.save(
+            {"scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state()},
+            tmp / "trainer.pt",
+        )
+        (tmp / "drafter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+        _fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        _fsync(root)
+        pointer = root / "latest.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, root / "latest")
+        prune(root, keep_last)
+    _barrier()  # no rank runs ahead of the commit (a kill now finds it committed)
+    return final
+
+
+def prune(root: Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` committed checkpoints (0 keeps all), and the
+    temporary folders of writes a kill interrupted. Returns what was deleted."""
+    removed = [p for p in root.glob(".step-*.tmp") if p.is_dir()]
+    done = checkpoints(root)
+    if keep_last:
+        removed += done[:-keep_last]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def load_sharded(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
+    """Collective: each rank reads the slices of its own shard (DCP reshards when the world
+    size or the wrapping differs from the run that wrote it); the frozen tensors keep the
+    values setup copied from the target."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    state = _trainable_state(model, optimizer)
+    reader = dcp.FileSystemReader(str(path / "dcp"))
+    with _one_process_ok():
+        dcp.load(state, storage_reader=reader, no_dist=not _distributed())
+    # strict=False: the frozen tensors are absent on purpose (dcp.load already failed on any
+    # requested tensor the checkpoint lacks)
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=StateDictOptions(strict=False),
+    )
+    blob = torch.load(path / "trainer.pt", weights_only=True)
+    scheduler.load_state_dict(blob["scheduler"])
+    torch.set_rng_state(blob["torch_rng"])
+    return json.loads((path / STATE_FILE).read_text())
+
+
+def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The whole (unsharded) drafter weights of a sharded checkpoint, in one process, through
+    DCP's own reader: what `eyas export` and `load_drafter` consolidate. The frozen target
+    tensors are not in it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(folder / "dcp"))
+    meta = reader.read_metadata()
+    model = {
+        key.removeprefix("model."): torch.empty(md.size, dtype=md.properties.dtype)
+        for key, md in meta.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
+    }
+    with _one_process_ok():
+        dcp.load({"model": model}, storage_reader=reader, no_dist=True)
+    return model
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, sharded: bool = False) -> dict:
-    """Every rank reads the (unsharded) checkpoint; with FSDP2 each keeps its own shard."""
+    """A sharded checkpoint (`load_sharded`), or a whole one of eyas < 0.10: every rank reads
+    the file; with FSDP2 each keeps its own shard."""
+    if (path / "dcp").is_dir():
+        return load_sharded(path, model, optimizer, scheduler)
     weights = load_file(str(path / "model.safetensors"))
     blob = torch.load(path / "optimizer.pt", weights_only=True)
     if sharded:

@@ -16,8 +16,9 @@ final norm and lm_head are loaded), or a capture streamed ahead of training thro
 
 The method (`eyas.drafter`) owns the drafter: its config derived from the target, the target
 layers it fuses, its training forward and loss. The loop owns data, optimizer, accumulation,
-ranks, checkpoints and metrics. Skeleton: setup (data, vocab, target, drafter, optimizer) /
-train / save_checkpoint / cleanup.
+ranks, checkpoints and metrics. Skeleton: setup (`_setup_data`: the packed index and the batch
+plan; `_setup_target`: captured, streamed or online, from `source`; `_setup_drafter`;
+`_setup_optimizer`; `_resume`) / train / save_checkpoint / cleanup.
 Resuming is automatic: rerun the same command and it continues from `OUT/checkpoints/latest`
 with model, optimizer, scheduler, RNG and data position restored, reproducing the
 uninterrupted loss curve.
@@ -25,6 +26,7 @@ uninterrupted loss curve.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,27 +41,30 @@ import torch.distributed as dist
 from eyas import __version__
 from eyas.config import TrainConfig
 from eyas.drafter.loss import Teacher
+from eyas.drafter.memory import default_max_len
 from eyas.drafter.method import DraftMethod, row_seed
 from eyas.drafter.registry import get_method
 from eyas.drafter.vocab import choose_draft_vocab, token_counts
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
+from eyas.train.budget import trainer_budget
 from eyas.train.checkpoint import (
+    frozen_names,
     full_state,
     latest_checkpoint,
     load_checkpoint,
-    save_checkpoint,
     save_drafter,
+    save_sharded,
 )
 from eyas.train.data import (
     Sequence,
     check_token_ids,
     load_captured_sequences,
     load_sequences,
-    make_batches,
 )
 from eyas.train.metrics import MetricsWriter, acceptance_estimate, truncate_metrics
+from eyas.train.plan import FILLER_TOKENS, BatchPlan
 from eyas.train.target import CapturedTarget, OnlineTarget
 
 
@@ -85,24 +90,51 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
+        """Like a torchtune recipe: distributed, data, target, drafter, optimizer, resume. The
+        target directory is read once (`self.tmodel`)."""
         cfg = self.cfg
+        self._setup_distributed()
+        torch.manual_seed(cfg.seed)
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        self.method: DraftMethod = get_method(cfg.method)
+        self.tmodel = target_model(cfg.target)
+        self.stream = None
+        self._setup_data()
+        self._setup_target()
+        self._setup_drafter()
+        self._setup_optimizer()
+        if self.rank == 0:  # what the run will need, before it runs
+            self.log(self._budget().line())
+        self._resume()
+        if self.source == "streamed":
+            self._start_stream()
+
+    @property
+    def source(self) -> str:
+        """Where the target's states come from: `captured` (an `eyas capture` directory),
+        `streamed` (captured ahead of training through the engine) or `online` (the target
+        runs in this process)."""
+        if self.cfg.hidden_states is not None:
+            return "captured"
+        return "streamed" if self.cfg.capture_ahead else "online"
+
+    def _setup_distributed(self) -> None:
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.startswith("cuda") else "gloo")
             if self.device.startswith("cuda"):
                 self.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
                 torch.cuda.set_device(self.device)
-        torch.manual_seed(cfg.seed)
-        cfg.out.mkdir(parents=True, exist_ok=True)
-        self.method: DraftMethod = get_method(cfg.method)
-        tmodel = target_model(cfg.target)
-        self.max_len = cfg.max_len or tmodel.context_length
-        self.stream = None
+
+    def _setup_data(self) -> None:
+        """The packed sequence index, its report, and the batch plan."""
+        cfg = self.cfg
+        self.max_len = cfg.max_len or default_max_len(self.tmodel, cfg, self.device)
         self.quarantine_file = None
-        if cfg.hidden_states is not None:
-            self.seqs, self.data_report, manifest = load_captured_sequences(
+        self.manifest = None
+        if self.source == "captured":
+            self.seqs, self.data_report, self.manifest = load_captured_sequences(
                 cfg.hidden_states, self.max_len, cfg.length_policy
             )
-            self.target = CapturedTarget(cfg.target, manifest, self.device)
         else:
             quarantined, self.quarantine_file = quarantined_ids(
                 cfg.data, cfg.quarantine, cfg.include_quarantined
@@ -116,56 +148,91 @@ class Trainer:
                 f"no usable training samples in {cfg.hidden_states or cfg.data}: "
                 f"{self.data_report.as_dict()}",
             )
-        check_token_ids(self.seqs, tmodel.vocab_size, cfg.hidden_states or cfg.data)
-        if cfg.capture_ahead:
+        check_token_ids(self.seqs, self.tmodel.vocab_size, cfg.hidden_states or cfg.data)
+        if self.rank == 0:
+            report = self.data_report
+            self.log(
+                f"max_len {self.max_len} ({'--max-len' if cfg.max_len else 'default: fits the device'}"
+                f"): {report.excluded.get('over_max_len', 0)} longer samples skipped, "
+                f"{report.truncated} cut (--length-policy {cfg.length_policy})"
+            )
+        self.plan = BatchPlan(self.seqs.lengths, cfg.batch_tokens, cfg.seed)
+
+    def _setup_target(self) -> None:
+        cfg = self.cfg
+        if self.source == "captured":
+            self.target = CapturedTarget(self.tmodel, self.manifest, self.device)
+        elif self.source == "streamed":
             from eyas.capture.run import capture_layers
 
-            layers, _ = capture_layers(cfg.target, cfg.aux_layers, cfg.method, cfg)
+            layers, _ = capture_layers(cfg.target, cfg.aux_layers, cfg.method, cfg, self.tmodel)
             streamed = {"aux_layers": layers[:-1], "method": cfg.method}
-            self.target = CapturedTarget(cfg.target, streamed, self.device)
+            self.target = CapturedTarget(self.tmodel, streamed, self.device)
             self.stream_layers = layers
-        elif cfg.hidden_states is None:
-            aux = cfg.aux_layers or self.method.default_aux_layers(tmodel.num_layers, cfg)
-            self.method.check_aux_layers(aux, tmodel.num_layers)
+        else:
+            depth = self.tmodel.num_layers
+            aux = cfg.aux_layers or self.method.default_aux_layers(depth, cfg)
+            self.method.check_aux_layers(aux, depth)
             dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
             self.target = OnlineTarget(cfg.target, aux, self.device, dtype, cfg.trust_remote_code)
-        self._check_fused_layers(tmodel)
+        self._check_fused_layers(self.tmodel)
         check_token_ids(self.seqs, self.target.vocab_size, cfg.hidden_states or cfg.data)
-        vocab = self._vocab(tmodel)
-        dcfg = self.method.build_config(
-            target=tmodel,
-            train_cfg=cfg,
+
+    def _setup_drafter(self) -> None:
+        vocab = self._vocab(self.tmodel)
+        self.dcfg = self.method.build_config(
+            target=self.tmodel,
+            train_cfg=self.cfg,
             aux_layers=self.target.aux_layers,
             vocab=vocab,
-            max_positions=max(self.max_len, tmodel.context_length),
+            max_positions=max(self.max_len, self.tmodel.context_length),
         )
-        model = self.method.build_model(dcfg)
+        model = self.method.build_model(self.dcfg)
         self.method.init_from_target(
             model, embedding=self.target.embedding(), head=self.target.head(), vocab=vocab
         )
         self.raw_model = model.to(self.device)
         self.model = self._wrap(self.raw_model)
+        self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
+        self.slots = self.method.num_slots(self.dcfg, self.cfg)
+
+    def _setup_optimizer(self) -> None:
+        cfg = self.cfg
         params = [p for p in self.raw_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
-        self.slots = self.method.num_slots(dcfg, cfg)
+
+    def _budget(self):
+        return trainer_budget(
+            self.raw_model,
+            self.target.head(),
+            len(self.target.aux_layers),
+            self.slots,
+            -(-self.cfg.batch_tokens // self.world),  # the global budget, split over ranks
+            self.world,
+            self.cfg.fsdp,
+            self.device,
+        )
+
+    def _resume(self) -> None:
         self.step = 0
         self.batches_done = 0
-        self.ckpt_root = cfg.out / "checkpoints"
+        self.ckpt_root = self.cfg.out / "checkpoints"
         ckpt = latest_checkpoint(self.ckpt_root)
         if ckpt is not None:
             state = load_checkpoint(
                 ckpt, self.raw_model, self.optimizer, self.scheduler, self.sharded
             )
             self.step, self.batches_done = state["step"], state["batches_done"]
-            self.log(f"resumed from {ckpt.name} (step {self.step})")
+            was = state.get("world_size", "?")
+            self.log(
+                f"resumed from {ckpt.name} (step {self.step}; written by {was} ranks, read "
+                f"by {self.world})"
+            )
             if self.rank == 0:
-                truncate_metrics(cfg.out / "metrics.jsonl", self.step)
-        if cfg.capture_ahead:
-            self._start_stream()
+                truncate_metrics(self.cfg.out / "metrics.jsonl", self.step)
 
     def _check_fused_layers(self, tmodel: TargetModel) -> None:
         """Captured states fix the fused layers: the method must accept them, a different
@@ -230,6 +297,11 @@ class Trainer:
     def sharded(self) -> bool:
         return self.world > 1 and self.cfg.fsdp
 
+    @property
+    def bf16(self) -> bool:
+        precision = self.cfg.precision
+        return precision == "bf16" or (precision == "auto" and self.device.startswith("cuda"))
+
     def _wrap(self, model: torch.nn.Module):
         if self.world == 1:
             return model
@@ -237,15 +309,44 @@ class Trainer:
             # FSDP2: parameters become DTensor shards in place; the method names the units
             # sharded on their own (decoder layers, a head the loss calls outside forward).
             # Gradients are reduce-scattered as a mean over ranks, like DDP's all-reduce.
-            from torch.distributed.fsdp import fully_shard
+            # bf16: each unit all-gathers bf16 copies of its fp32 shards and reduce-scatters
+            # fp32 gradients. The frozen target tensors (embedding; DFlash's head) stay out of
+            # every unit: nothing to reduce, so gathering them each step would be pure traffic;
+            # each rank holds them whole (in bf16 under bf16).
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            frozen = {p for p in model.parameters() if not p.requires_grad}
+            if self.bf16:
+                with torch.no_grad():
+                    for p in frozen:
+                        p.data = p.data.to(torch.bfloat16)
+                # Inputs are cast by autocast (on whenever bf16 is), not by each unit.
+                policy = MixedPrecisionPolicy(
+                    param_dtype=torch.bfloat16,
+                    reduce_dtype=torch.float32,
+                    cast_forward_inputs=False,
+                )
+            else:
+                policy = MixedPrecisionPolicy()
             for unit in self.method.fsdp_units(model):
-                fully_shard(unit)
-            sharded = fully_shard(model)
+                unit_frozen = {p for p in unit.parameters() if not p.requires_grad}
+                fully_shard(unit, mp_policy=policy, ignored_params=unit_frozen or None)
+            sharded = fully_shard(model, mp_policy=policy, ignored_params=frozen or None)
             if self.rank == 0:
-                self.log(f"drafter sharded with FSDP2 across {self.world} ranks")
+                dtype = "bf16 compute, fp32 reduce" if self.bf16 else "fp32"
+                self.log(f"drafter sharded with FSDP2 across {self.world} ranks ({dtype})")
             return sharded
         return torch.nn.parallel.DistributedDataParallel(model)
+
+    def _grad_sync(self, last: bool):
+        """Gradients are reduced across ranks once per optimizer step, on the last
+        micro-batch; the others accumulate locally."""
+        if self.world == 1:
+            return contextlib.nullcontext()
+        if self.sharded:
+            self.model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else self.model.no_sync()
 
     def _vocab(self, tmodel: TargetModel) -> dict:
         """Draft vocabulary over supervised tokens, cached in OUT keyed by the data (the full
@@ -265,20 +366,27 @@ class Trainer:
         else:
             key = hashlib.sha256(
                 json.dumps(
-                    [self.cfg.draft_vocab, self.target.vocab_size, [s.id for s in self.seqs]]
+                    [self.cfg.draft_vocab, self.target.vocab_size, self.seqs.sample_ids()]
                 ).encode()
             ).hexdigest()[:16]
             cache = self.cfg.out / f"vocab-{key}.pt"
-            if cache.exists():
-                vocab = torch.load(cache, weights_only=True)
-            else:
+            # Rank 0 counts and writes (to a temporary name, renamed: never read half
+            # written); the other ranks read it after the barrier.
+            if self.rank == 0 and not cache.exists():
                 counts = token_counts(
-                    ((s.ids, s.supervised) for s in self.seqs), self.target.vocab_size
+                    [(self.seqs.tokens, self.seqs.supervised)], self.target.vocab_size
                 )
                 vocab = choose_draft_vocab(counts, self.cfg.draft_vocab)
-                if self.rank == 0:
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    torch.save(vocab, cache)
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache.with_suffix(f".tmp{os.getpid()}")
+                torch.save(vocab, tmp)
+                os.replace(tmp, cache)
+            else:
+                vocab = None
+            if self.world > 1:
+                dist.barrier()
+            if vocab is None:
+                vocab = torch.load(cache, weights_only=True)
         if self.method.uses_draft_vocab() and self.rank == 0:
             self.log(
                 f"draft vocabulary: {vocab['draft_vocab_size']} of {self.target.vocab_size} "
@@ -299,28 +407,25 @@ class Trainer:
     # -- train ----------------------------------------------------------------------------------
 
     def _global_batch(self, position: int) -> list[int]:
-        epoch_batches = make_batches(
-            self.seqs, self.cfg.batch_tokens, self.cfg.seed, position // max(1, self._epoch_len())
-        )
-        return epoch_batches[position % len(epoch_batches)]
+        return self.plan.batch(position).tolist()
 
     def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
-        """This rank's share of global batch `position`, and its loss weight. A rank left
-        without sequences still runs one (weight 0) so DDP's collective backward matches."""
-        batch = self._global_batch(position)
-        mine = [self.seqs[i] for i in batch[self.rank :: self.world]]
+        """This rank's token-balanced share of global batch `position`, and its loss weight. A
+        rank left without sequences runs a short prefix at weight 0 so DDP's collective
+        backward matches."""
+        mine = [self.seqs[i] for i in self.plan.share(position, self.rank, self.world).tolist()]
+        weight = 1.0
+        if not mine:
+            s = self.seqs[self.plan.filler(position)]
+            n = min(len(s.ids), FILLER_TOKENS)
+            mine, weight = [replace(s, ids=s.ids[:n], supervised=[0] * n)], 0.0
         if self.stream is not None:  # this batch's states, from the spool
             rows = self.stream.rows(position)
             mine = [replace(s, source=rows[s.id]) for s in mine]
-            if not mine:
-                mine = [replace(self.seqs[batch[0]], source=rows[self.seqs[batch[0]].id])]
-                return mine, 0.0
-        return (mine, 1.0) if mine else ([self.seqs[batch[0]]], 0.0)
+        return mine, weight
 
     def _epoch_len(self) -> int:
-        if not hasattr(self, "_len"):
-            self._len = len(make_batches(self.seqs, self.cfg.batch_tokens, self.cfg.seed, 0))
-        return self._len
+        return self.plan.epoch_len
 
     def _target_outputs(self, ids: torch.Tensor, seqs: list[Sequence]):
         """aux hidden states [B, T, 3H] and final hidden states [B, T, H] of the target (a
@@ -330,6 +435,10 @@ class Trainer:
     def _train_step(self) -> dict:
         cfg = self.cfg
         micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
+        prefetch = getattr(self.target, "prefetch", None)
+        if prefetch is not None and self.stream is None:  # read ahead: this step, the next
+            for seqs, _ in [*micro, self._batch_at(self.batches_done + cfg.grad_accum)]:
+                prefetch(seqs)
         # Normaliser per drafted slot: trained positions over all micro-batches and ranks.
         counts = torch.zeros(self.slots, dtype=torch.float64)
         prepared = []
@@ -347,14 +456,11 @@ class Trainer:
         totals = [[0.0, 0, 0, 0] for _ in range(self.slots)]
         loss_value = 0.0
         head = self.target.head()
-        for prep, seqs in prepared:
+        for m, (prep, seqs) in enumerate(prepared):
             aux, final = self._target_outputs(prep.input_ids, seqs)
-            autocast = (
-                torch.autocast("cuda", dtype=torch.bfloat16)
-                if self.device.startswith("cuda")
-                else torch.autocast("cpu", enabled=False)
-            )
-            with autocast:
+            kind = "cuda" if self.device.startswith("cuda") else "cpu"
+            autocast = torch.autocast(kind, dtype=torch.bfloat16, enabled=self.bf16)
+            with autocast, self._grad_sync(last=m == len(prepared) - 1):
                 loss, stats = self.method.loss(
                     self.model,
                     self.raw_model,
@@ -364,7 +470,7 @@ class Trainer:
                     normalizer=counts.tolist(),
                     train_cfg=cfg,
                 )
-            (loss * scale).backward()
+                (loss * scale).backward()
             loss_value += float(loss.detach())
             for k, st in enumerate(stats):
                 totals[k][0] += st.loss_sum
@@ -422,18 +528,31 @@ class Trainer:
         return history
 
     def save_checkpoint(self) -> None:
-        # Gathering FSDP2 shards is a collective: every rank joins, rank 0 writes.
-        gathered = full_state(self.raw_model, self.optimizer, self.sharded)
-        if self.rank != 0:
-            return
-        save_checkpoint(
+        # A collective: every rank writes its own shard, rank 0 commits and prunes.
+        config = {
+            "method": self.raw_model.config.method,
+            **self.raw_model.config.to_dict(),
+            "eyas_version": __version__,
+            "target_dir": str(self.cfg.target),
+            "vocab": self.vocab_info,
+        }
+        state = {
+            "step": self.step,
+            "batches_done": self.batches_done,
+            "world_size": self.world,
+            "fsdp": self.sharded,
+            "eyas_version": __version__,
+        }
+        save_sharded(
             self.ckpt_root,
             self.step,
             self.raw_model,
             self.optimizer,
             self.scheduler,
-            {"step": self.step, "batches_done": self.batches_done, "eyas_version": __version__},
-            gathered,
+            state,
+            config,
+            self.cfg.keep_last,
+            self.rank,
         )
 
     def finish(self) -> Path:
@@ -441,6 +560,15 @@ class Trainer:
         out = self.cfg.out / "drafter"
         weights, _ = full_state(self.raw_model, None, self.sharded)  # collective under FSDP2
         if self.rank == 0:
+            # the frozen target tensors as the target has them, not the bf16 copies FSDP2
+            # training held (the export's validator compares the embedding with the target's)
+            source = {
+                "embed_tokens.weight": self.target.embedding,
+                "lm_head.weight": self.target.head,
+            }
+            for name in frozen_names(self.raw_model):
+                if name in source and weights[name].dtype == torch.bfloat16:
+                    weights[name] = source[name]().detach().float().cpu()
             save_drafter(
                 self.raw_model,
                 out,
@@ -453,9 +581,7 @@ class Trainer:
                         **self.data_report.as_dict(),
                         "max_len": self.max_len,
                         "quarantine": str(self.quarantine_file) if self.quarantine_file else None,
-                        "source": "captured"
-                        if self.cfg.hidden_states
-                        else ("streamed" if self.cfg.capture_ahead else "online"),
+                        "source": self.source,
                         "target_tensors_loaded": self.target.loaded_tensors,
                     },
                     "steps": self.step,
@@ -464,11 +590,12 @@ class Trainer:
             )
         return out
 
-    def cleanup(self) -> None:
+    def cleanup(self, failed: bool = False) -> None:
         if getattr(self, "stream", None) is not None:
             self.stream.stop(finished=self.step >= self.cfg.steps)
         if self.world > 1 and dist.is_initialized():
-            dist.barrier()
+            if not failed:  # a failed rank must not wait for ranks that may never arrive
+                dist.barrier()
             dist.destroy_process_group()
 
 
@@ -479,9 +606,12 @@ def run_train(
 ) -> Path:
     cfg.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, log)
-    trainer.setup()
-    try:
+    failed = True
+    try:  # a failed setup also leaves the process group
+        trainer.setup()
         trainer.train(on_step)
-        return trainer.finish()
+        out = trainer.finish()
+        failed = False
+        return out
     finally:
-        trainer.cleanup()
+        trainer.cleanup(failed)

@@ -18,12 +18,15 @@ the final norm (the engines' convention), and the norm is applied here.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from eyas.errors import EyasError
-from eyas.hf_models import load_frozen_lm, target_model
+from eyas.hf_models import TargetModel, load_frozen_lm, target_model
 from eyas.store.captures import StateReader
 
 
@@ -78,8 +81,10 @@ class CapturedTarget:
     """The target's states from an `eyas capture` directory (its aux layers, then the last);
     nothing but three named tensors of the checkpoint is loaded."""
 
-    def __init__(self, model_dir: str | Path, manifest: dict, device: str = "cpu"):
-        target = target_model(model_dir)
+    def __init__(self, model_dir: str | Path | TargetModel, manifest: dict, device: str = "cpu"):
+        # the target already read by the trainer, or its directory
+        target = model_dir if isinstance(model_dir, TargetModel) else target_model(model_dir)
+        model_dir = target.dir
         self.num_layers = target.num_layers
         self.hidden_size = target.hidden_size
         self.eps = target.rms_norm_eps
@@ -99,7 +104,12 @@ class CapturedTarget:
         self._head = found["head"].to(device)
         self.vocab_size = self._head.shape[0]
         self.device = device
-        self.reader = StateReader()
+        self.reader = StateReader()  # used by the reader thread only
+        # One background thread reads batches ahead (the loop names them with `prefetch`) into
+        # pinned host memory on CUDA; states stay in their stored dtype until on the device.
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="eyas-states")
+        self._pending: OrderedDict[tuple, Future] = OrderedDict()
+        self._pin = device.startswith("cuda") and torch.cuda.is_available()
 
     def embedding(self) -> torch.Tensor:
         return self._embed
@@ -107,14 +117,39 @@ class CapturedTarget:
     def head(self) -> torch.Tensor:
         return self._head
 
+    @staticmethod
+    def _key(seqs) -> tuple:
+        return tuple((str(s.source.shard), s.source.start, len(s.ids)) for s in seqs)
+
+    def _read(self, seqs) -> torch.Tensor:
+        """[B, T, L, H] right-padded with zeros, in the stored dtype."""
+        rows = [self.reader.read(s.source, len(s.ids)) for s in seqs]
+        width = max(r.shape[0] for r in rows)
+        states = torch.zeros(
+            (len(rows), width, *rows[0].shape[1:]), dtype=rows[0].dtype, pin_memory=self._pin
+        )
+        for k, r in enumerate(rows):
+            states[k, : r.shape[0]] = r
+        return states
+
+    def prefetch(self, seqs) -> None:
+        """Start reading a batch's states in the background (a bounded number ahead)."""
+        key = self._key(seqs)
+        if key not in self._pending:
+            self._pending[key] = self._pool.submit(self._read, seqs)
+            while len(self._pending) > 8:  # batches asked for and never trained
+                self._pending.popitem(last=False)
+
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = input_ids.shape
         n_aux = len(self.aux_layers)
-        states = torch.zeros(b, t, n_aux + 1, self.hidden_size)
-        for r, seq in enumerate(seqs):
-            n = len(seq.ids)
-            states[r, :n] = self.reader.read(seq.source, n).float()
-        states = states.to(self.device)
+        future = self._pending.pop(self._key(seqs), None)
+        if future is None:
+            future = self._pool.submit(self._read, seqs)
+        states = future.result().to(self.device, non_blocking=self._pin)
+        if states.shape[1] < t:  # the method may pad the batch wider than its longest row
+            states = F.pad(states, (0, 0, 0, 0, 0, t - states.shape[1]))
+        states = states[:, :t]
         aux = states[:, :, :n_aux].reshape(b, t, n_aux * self.hidden_size)
         return aux, rms_norm(states[:, :, n_aux], self._norm, self.eps)

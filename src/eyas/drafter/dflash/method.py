@@ -13,6 +13,7 @@ from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
 from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DraftMethod,
     Prepared,
@@ -30,23 +31,30 @@ class DFlashMethod(DraftMethod):
 
     # -- config ----------------------------------------------------------------------------
 
+    # Defaults from bench/results/dflash_sweep_200.json (the toy, 200 steps, docs/dflash.md):
+    # two draft layers against one, 1.70 against 1.35 acceptance length; three fused target
+    # layers against z-lab's one for a one-layer drafter, 1.54 against 1.35.
+    DEFAULT_DRAFT_LAYERS = 2
+    MIN_FUSED = 3
+
+    def draft_layers(self, train_cfg: Any) -> int:
+        return getattr(train_cfg, "draft_layers", None) or self.DEFAULT_DRAFT_LAYERS
+
     def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
-        """z-lab's and SGLang's rule (`build_target_layer_ids`): one target layer per draft
-        layer, spread over layer outputs 1..N-3, in HF terms (+1). For targets too shallow for
-        that rule to give distinct ids, the same count spread evenly over HF 1..N-1."""
-        draft_layers = getattr(train_cfg, "draft_layers", None) or 1
-        ids = [i + 1 for i in layouts.zlab_default_target_layers(num_layers, draft_layers)]
+        """z-lab's and SGLang's spread (`build_target_layer_ids`) over layer outputs 1..N-3,
+        in HF terms (+1), of max(draft layers, 3) target layers (at most N-1): z-lab fuses one
+        per draft layer, which leaves a one-layer drafter a single middle layer to read. The
+        exports always name the ids, so engines fuse what was trained. For targets too shallow
+        for that rule to give distinct ids, the same count spread evenly over HF 1..N-1."""
+        draft_layers = self.draft_layers(train_cfg)
+        count = min(max(draft_layers, self.MIN_FUSED), max(1, num_layers - 1))
+        ids = sorted(i + 1 for i in layouts.zlab_default_target_layers(num_layers, count))
         if len(set(ids)) == len(ids) and all(1 <= i <= num_layers - 1 for i in ids):
             return ids
-        if draft_layers > num_layers - 1:
-            raise EyasError(
-                "bad_aux_layers",
-                f"a {num_layers}-layer target has no {draft_layers} distinct layers to fuse",
-            )
-        if draft_layers == 1:
+        if count == 1:
             return [max(1, num_layers // 2)]
         span = num_layers - 2
-        return [round(1 + i * span / (draft_layers - 1)) for i in range(draft_layers)]
+        return [round(1 + i * span / (count - 1)) for i in range(count)]
 
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
         if not aux_layers:
@@ -59,23 +67,61 @@ class DFlashMethod(DraftMethod):
     def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
         """The configured id, else the target's pad token, else the highest id no training
         sequence contains (TorchSpec's Qwen3 DFlash config uses the pad token likewise). Its
-        embedding is the target's row, frozen like the rest."""
+        embedding is the target's row, frozen like the rest.
+
+        The row must not be zero (many checkpoints zero the pad row, as the toys do): a zero
+        mask embedding is zero after the input norm, so every mask slot's query and key are
+        zero: the first layer's attention is uniform and all mask slots of a block leave it
+        with the same state whatever their position (slot 1 sees only the context's mean;
+        later slots differ from it only by what RoPE makes of that in deeper layers)."""
         used = {t for s in seqs for t in s.ids}
+        rows = self._embedding_norms(target)
+        floor = 1e-3 * float(rows.median()) if rows is not None else 0.0
+
+        def usable(i: int) -> bool:
+            return rows is None or float(rows[i]) > floor
+
         if train_cfg.mask_token_id is not None:
-            if not 0 <= train_cfg.mask_token_id < target.vocab_size:
+            mask = int(train_cfg.mask_token_id)
+            if not 0 <= mask < target.vocab_size:
+                raise EyasError("bad_flag", f"mask_token_id {mask} is outside the vocab")
+            if not usable(mask):
                 raise EyasError(
-                    "bad_flag", f"mask_token_id {train_cfg.mask_token_id} is outside the vocab"
+                    "mask_token_zero_embedding",
+                    f"mask_token_id {mask} has a zero embedding row in the target: every block "
+                    "slot would compute the same state; pick a token with a trained row",
                 )
-            return int(train_cfg.mask_token_id)
+            return mask
         pad = target.token_ids().get("pad_token_id")
-        if isinstance(pad, int) and 0 <= pad < target.vocab_size and pad not in used:
+        if (
+            isinstance(pad, int)
+            and 0 <= pad < target.vocab_size
+            and pad not in used
+            and usable(pad)
+        ):
             return pad
-        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used]
+        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used and usable(i)]
         if not free:
             raise EyasError(
-                "no_mask_token", "every token id occurs in the data: pass --set mask_token_id=N"
+                "no_mask_token",
+                "every token id with a non-zero embedding occurs in the data: "
+                "pass --set mask_token_id=N",
             )
         return free[0]
+
+    @staticmethod
+    def _embedding_norms(target: TargetModel) -> torch.Tensor | None:
+        """The L2 norm of each row of the target's input embedding; None when the checkpoint
+        has no weights here (a config-only target)."""
+        try:
+            found, _ = target.load_tensors("embed")
+        except (OSError, EyasError):
+            return None
+        embed = found.get("embed")
+        if embed is None:
+            return None
+        # row blocks: a Kimi-sized embedding in fp32 at once would be another 4.7 GB
+        return torch.cat([rows.float().norm(dim=-1) for rows in embed.split(8192)])
 
     def build_config(
         self,
@@ -95,7 +141,7 @@ class DFlashMethod(DraftMethod):
         return DFlashConfig(
             hidden_size=target.hidden_size,
             intermediate_size=shape.intermediate_size,
-            num_hidden_layers=train_cfg.draft_layers or 1,
+            num_hidden_layers=self.draft_layers(train_cfg),
             num_attention_heads=shape.num_attention_heads,
             num_key_value_heads=shape.num_key_value_heads,
             head_dim=shape.head_dim,
@@ -155,7 +201,8 @@ class DFlashMethod(DraftMethod):
         train_cfg: Any,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         anchors, valid = prepared.extra["anchors"], prepared.extra["valid"]
-        states = model(prepared.input_ids, aux, anchors)
+        ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
+        states = model(prepared.input_ids, aux, anchors, checkpoint_layers=ac)
         return block_loss(
             states,
             teacher,

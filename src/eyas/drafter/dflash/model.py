@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from eyas.drafter.layers import MLP, RMSNorm, merge_heads, split_heads
 from eyas.drafter.rope import Rotary
@@ -160,6 +161,7 @@ class DFlashDrafter(nn.Module):
         aux_hidden: torch.Tensor,
         anchors: torch.Tensor,
         group: int = 64,
+        checkpoint_layers: bool = False,
     ) -> torch.Tensor:
         """The training forward: every anchored block of every row in one pass.
 
@@ -169,6 +171,8 @@ class DFlashDrafter(nn.Module):
             anchors: [B, A] anchor positions a >= 0 (padding anchors: any, masked by the loss).
             group: blocks per attention call: blocks never see each other, so the masks and
                 scores grow with the group, not with A.
+            checkpoint_layers: recompute each draft layer's inside in backward (activation
+                checkpointing) instead of keeping it.
 
         Returns:
             [B, A, bs, H] normalised states; slot i of the block at a predicts x_{a+i}.
@@ -193,5 +197,9 @@ class DFlashDrafter(nn.Module):
         context = self.context(aux_hidden)
         h = self.embed_tokens(ids.reshape(b, -1))
         for layer in self.layers:
-            h = layer(h, positions, context=context, context_positions=ctx_pos, groups=groups)
+            kw = {"context": context, "context_positions": ctx_pos, "groups": groups}
+            if checkpoint_layers and torch.is_grad_enabled():
+                h = checkpoint(layer, h, positions, use_reentrant=False, **kw)
+            else:
+                h = layer(h, positions, **kw)
         return self.norm(h).view(b, a_count, bs, -1)

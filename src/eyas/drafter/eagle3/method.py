@@ -14,6 +14,7 @@ from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
 from eyas.drafter.eagle3.train import step_mask, ttt_loss
 from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DrafterLoadError,
     DraftMethod,
@@ -129,7 +130,8 @@ class Eagle3Method(DraftMethod):
         ids = prepared.input_ids
         # index j reads x_{j+1} and the target's h_j
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
-        step_hidden = model(inputs, aux, train_cfg.ttt)
+        ac = checkpointing_on(train_cfg, ids.shape[1])
+        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac)
         return ttt_loss(
             step_hidden,
             teacher,

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from eyas.drafter.layers import MLP, RMSNorm, split_heads
 from eyas.drafter.rope import Rotary
@@ -97,11 +98,14 @@ class Attention(nn.Module):
 
     def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
         """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
-        causally, later steps' only on the diagonal (same index j)."""
+        causally, later steps' only on the diagonal (same index j). Returns (output, k, v);
+        the caller keeps k, v (the list is read, never appended to: FSDP2 rebuilds a unit's
+        argument containers, so an append inside a unit would be lost)."""
         q, k, v = self.project(x, positions)
-        cache.append((k, v))
-        k0, v0 = cache[0]
-        return self.output(ttt_attention(q, k0, v0, cache[1:], 1.0 / math.sqrt(self.d)))
+        steps = [*cache, (k, v)]
+        k0, v0 = steps[0]
+        out = self.output(ttt_attention(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
+        return out, k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
         """Decoding attention over `past` keys plus this call's own: mask [T, L + T] (True =
@@ -183,8 +187,10 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
     def forward(self, embeds, hidden, positions, cache):
+        """One TTT step of the layer: (output, this step's k, v)."""
         x, residual = self._inputs(embeds, hidden)
-        return self._finish(residual, self.self_attn(x, positions, cache))
+        out, k, v = self.self_attn(x, positions, cache)
+        return self._finish(residual, out), k, v
 
     def cached(self, embeds, hidden, positions, past_k, past_v, mask):
         x, residual = self._inputs(embeds, hidden)
@@ -231,7 +237,8 @@ class Eagle3Drafter(nn.Module):
     def step(self, input_ids, hidden, positions, cache):
         """One TTT step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
         head [B, T, H], hidden for the next step [B, T, H])."""
-        out = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        out, k, v = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        cache.append((k, v))  # here, in the root module, not inside the layer's unit
         normed = self.norm(out)
         return normed, self._fed_back(normed, out)
 
@@ -248,13 +255,28 @@ class Eagle3Drafter(nn.Module):
         """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
         return self.lm_head(normed)
 
-    def forward(self, input_ids: torch.Tensor, aux_hidden: torch.Tensor, ttt_steps: int):
+    def _step_alone(self, input_ids, hidden, positions, *cached):
+        """`step` as a function of its inputs (the earlier steps' keys and values flattened),
+        returning this step's k, v too: what activation checkpointing recomputes."""
+        cache = [(cached[i], cached[i + 1]) for i in range(0, len(cached), 2)]
+        normed, fed_back = self.step(input_ids, hidden, positions, cache)
+        return normed, fed_back, *cache[-1]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        aux_hidden: torch.Tensor,
+        ttt_steps: int,
+        checkpoint_layers: bool = False,
+    ):
         """Unrolled TTT forward.
 
         Args:
             input_ids: [B, T] tokens x_{j+1} for index j (the sequence shifted left by one).
             aux_hidden: [B, T, 3*Ht] target hidden states h_j of the three aux layers.
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
+            checkpoint_layers: keep only each step's outputs and keys/values, and recompute
+                the layer's inside in backward (activation checkpointing, per TTT step).
 
         Returns:
             list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
@@ -268,7 +290,14 @@ class Eagle3Drafter(nn.Module):
         for k in range(ttt_steps):
             ids_k = torch.cat([input_ids[:, k:], input_ids[:, -1:].expand(b, min(k, t))], 1)[:, :t]
             positions = torch.arange(t, device=input_ids.device) + k
-            normed, hidden = self.step(ids_k, hidden, positions, cache)
+            if checkpoint_layers and torch.is_grad_enabled():
+                flat = [x for kv in cache for x in kv]
+                normed, hidden, k_s, v_s = checkpoint(
+                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False
+                )
+                cache.append((k_s, v_s))
+            else:
+                normed, hidden = self.step(ids_k, hidden, positions, cache)
             per_step.append(normed)
         return per_step
 

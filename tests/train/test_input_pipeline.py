@@ -1,0 +1,203 @@
+"""The training input pipeline: the packed index, the per-epoch batch plan, the prefetching
+state reader, and a failed setup leaving the process group."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from eyas.errors import EyasError
+from eyas.store import load_table, select_trainable
+from eyas.store.captures import CaptureWriter, capture_shards
+from eyas.train.data import load_captured_sequences, load_sequences
+from eyas.train.loop import run_train
+from eyas.train.plan import BatchPlan
+from eyas.train.target import CapturedTarget
+from train_helpers import toy_train_config
+
+
+def test_the_packed_index_holds_each_sample_as_the_table_does(toy_samples):
+    seqs, report = load_sequences(toy_samples, max_len=1024)
+    table = load_table(toy_samples)
+    keep, _ = select_trainable(table, False, frozenset())
+    expected = []
+    for i in keep:
+        prompt, output = table.prompt.row(i).tolist(), table.output.row(i).tolist()
+        if len(prompt) + len(output) <= 1024:
+            sup = [0] * len(prompt) + table.supervised(i).astype(int).tolist()
+            expected.append((table.ids[i], prompt + output, sup))
+    assert len(seqs) == report.used == len(expected) > 0
+    for k, (sid, ids, sup) in enumerate(expected):
+        s = seqs[k]
+        assert (s.id, s.ids, s.supervised) == (sid, ids, sup)
+    tokens = int(seqs.lengths.sum())
+    assert seqs.nbytes() / tokens <= 8, seqs.nbytes() / tokens
+
+
+def test_the_length_policy_works_on_arrays(toy_samples):
+    full, _ = load_sequences(toy_samples, max_len=100_000)
+    cap = int(np.median(full.lengths))
+    over = int((full.lengths > cap).sum())
+    skipped, rep = load_sequences(toy_samples, max_len=cap)
+    assert rep.excluded["over_max_len"] == over and len(skipped) == len(full) - over
+    cut, rep = load_sequences(toy_samples, max_len=cap, length_policy="truncate")
+    assert rep.truncated == over and len(cut) == len(full)
+    for k in range(len(full)):
+        n = min(len(full[k].ids), cap)
+        assert cut[k].ids == full[k].ids[:n] and cut[k].supervised == full[k].supervised[:n]
+    assert rep.as_dict()["max_len_seen"] == cap
+
+
+def _synthetic_capture(path, hidden: int, lengths: list[int], dtype=torch.bfloat16):
+    """A capture written by the real writer: random states of 3 aux layers + the last."""
+    gen = torch.Generator().manual_seed(0)
+    writer = CaptureWriter(path, shard_size=3, dtype=dtype)
+    for k, n in enumerate(lengths):
+        ids = torch.randint(5, 1000, (n,), generator=gen).tolist()
+        mask = [0] * (n // 2) + [1] * (n - n // 2)
+        writer.add(f"s{k}", "synthetic", torch.randn(n, 4, hidden, generator=gen), ids, mask)
+    writer.flush()
+    (path / "manifest.json").write_text(json.dumps({"aux_layers": [1, 2, 3], "excluded": {}}))
+
+
+def test_the_captured_index_points_at_each_sample_rows(tmp_path):
+    lengths = [7, 30, 12, 5, 40, 9, 22]
+    _synthetic_capture(tmp_path / "cap", 8, lengths)
+    seqs, report, _ = load_captured_sequences(tmp_path / "cap", max_len=25)
+    kept = [n for n in lengths if n <= 25]
+    assert seqs.lengths.tolist() == kept and report.excluded["over_max_len"] == 2
+    cut, report, _ = load_captured_sequences(tmp_path / "cap", 25, "truncate")
+    assert cut.lengths.tolist() == [min(n, 25) for n in lengths] and report.truncated == 2
+    s = cut[4]  # sample 4 (40 tokens): the second shard's second row, cut to 25
+    second = capture_shards(tmp_path / "cap")[1]
+    assert (s.id, s.source.shard, s.source.start, s.source.end) == ("s4", second, 5, 30)
+    assert s.supervised == [0] * 20 + [1] * 5
+
+
+def test_the_plan_is_made_per_epoch_and_independent_of_world_size():
+    lengths = np.random.default_rng(1).integers(5, 400, size=300)
+    plan = BatchPlan(lengths, 2000, seed=3)
+    again = BatchPlan(lengths, 2000, seed=3)
+    n = plan.epoch_len
+    epoch0 = [plan.batch(p).tolist() for p in range(n)]
+    assert sorted(i for b in epoch0 for i in b) == list(range(300))  # each once per epoch
+    assert all(lengths[b].max() * len(b) <= 2000 or len(b) == 1 for b in epoch0)
+    assert [again.batch(p).tolist() for p in range(n, 2 * n)] != epoch0  # a new order
+    assert [again.batch(p).tolist() for p in range(n)] == epoch0  # resumable from a position
+    for world in (2, 3, 5):
+        for p in range(n):
+            shares = [plan.share(p, r, world) for r in range(world)]
+            assert sorted(np.concatenate(shares).tolist()) == sorted(plan.batch(p).tolist())
+            tokens = [int(lengths[s].sum()) for s in shares]
+            if all(len(s) for s in shares):  # balanced within one sequence
+                assert max(tokens) - min(tokens) <= lengths[plan.batch(p)].max()
+
+
+def test_an_idle_rank_runs_a_short_filler_not_a_whole_sequence(tmp_path, toy_tiny):
+    """One long sequence in a global batch: the other rank trains a few tokens at weight 0."""
+    from eyas.train.loop import Trainer
+
+    _synthetic_capture(tmp_path / "cap", 96, [300, 300, 300])
+    cfg = toy_train_config(
+        toy_tiny, tmp_path / "o", hidden_states=tmp_path / "cap", batch_tokens=400
+    )
+    trainer = Trainer(cfg, log=lambda s: None)
+    trainer.setup()
+    trainer.world, trainer.rank = 2, 1
+    seqs, weight = trainer._batch_at(0)
+    assert weight == 0.0 and len(seqs) == 1 and len(seqs[0].ids) == 16
+    assert not any(seqs[0].supervised)
+    trainer.rank = 0
+    seqs, weight = trainer._batch_at(0)
+    assert weight == 1.0 and [len(s.ids) for s in seqs] == [300]
+
+
+def test_prefetched_states_equal_a_direct_read_and_keep_their_dtype(tmp_path, toy_tiny):
+    _synthetic_capture(tmp_path / "cap", 96, [10, 20, 15, 8])
+    seqs, _, manifest = load_captured_sequences(tmp_path / "cap", 1024)
+    target = CapturedTarget(toy_tiny, manifest)
+    batch = [seqs[1], seqs[3]]
+    raw = target._read(batch)
+    assert raw.dtype == torch.bfloat16 and raw.shape == (2, 20, 4, 96)
+    assert torch.equal(raw[1, 8:], torch.zeros(12, 4, 96, dtype=torch.bfloat16))
+    ids = torch.zeros(2, 20, dtype=torch.long)
+    direct = target(ids, batch)
+    target.prefetch(batch)
+    assert len(target._pending) == 1
+    ahead = target(ids, batch)
+    assert not target._pending  # the prefetched read was the one used
+    assert all(torch.equal(a, b) for a, b in zip(direct, ahead))
+    assert torch.equal(direct[0][0, :, :96], raw[0, :, 0].float())
+
+
+def test_a_failed_setup_leaves_the_process_group(tmp_path, toy_tiny, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as under torchrun; the group is made here
+    monkeypatch.setenv("RANK", "0")
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text("")
+        with pytest.raises(EyasError):
+            run_train(toy_train_config(toy_tiny, tmp_path / "o", data=empty), log=lambda s: None)
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_the_budget_scales_as_its_formula_says():
+    from eyas.train.budget import estimate, kimi_table
+
+    kw = dict(
+        hidden=64,
+        n_aux=3,
+        steps=3,
+        layer_params=1000,
+        head_params=500,
+        fc_params=200,
+        frozen_params=4000,
+        frozen_bytes=8000,
+        teacher_head_params=2000,
+        tokens_per_rank=100,
+        peak_flops=1e12,
+    )
+    one = estimate(world=1, fsdp=True, **kw)
+    four = estimate(world=4, fsdp=True, **kw)
+    ddp = estimate(world=4, fsdp=False, **kw)
+    assert one.trainable_gb == pytest.approx(16 * 1700 / 1e9, abs=0.01)
+    assert four.trainable_gb == pytest.approx(one.trainable_gb / 4, abs=0.01)
+    assert ddp.trainable_gb == one.trainable_gb and ddp.frozen_gb == four.frozen_gb
+    assert one.gflop_per_token == round((6 * 1500 * 3 + 6 * 200 + 2 * 2000) / 1e9, 1)
+    assert four.tokens_per_s == pytest.approx(4 * one.tokens_per_s, rel=1e-3)
+    rows = kimi_table()
+    assert [r["world"] for r in rows] == [1, 8, 16]
+    assert rows[0]["trainable_params"] == 1_058_000_000
+
+
+def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_samples):
+    from eyas.train.loop import Trainer
+
+    lines = []
+    trainer = Trainer(toy_train_config(toy_tiny, tmp_path / "o", data=toy_samples), lines.append)
+    trainer.setup()
+    line = next(x for x in lines if x.startswith("memory estimate per GPU"))
+    assert "trainable state" in line and "3,000 tokens" in line
+
+
+def test_an_id_two_jobs_captured_is_packed_once(tmp_path):
+    cap = tmp_path / "cap"
+    for names in (["a", "b"], ["b", "c"]):
+        writer = CaptureWriter(cap, shard_size=10, dtype=torch.bfloat16)
+        for name in names:
+            writer.add(name, "d", torch.zeros(4, 4, 8), [5, 6, 7, 8], [0, 1, 1, 1])
+        writer.flush()
+    (cap / "manifest.json").write_text(json.dumps({"aux_layers": [1, 2, 3], "excluded": {}}))
+    seqs, report, _ = load_captured_sequences(cap, 1024)
+    assert sorted(seqs.sample_ids()) == ["a", "b", "c"] and report.loaded == 3
+    first = capture_shards(cap)[0]  # both shards hold "b": the first in part-name order wins
+    assert seqs[seqs.sample_ids().index("b")].source.shard == first
+    assert seqs.tokens.tolist() == [5, 6, 7, 8] * 3
