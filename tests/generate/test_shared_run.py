@@ -127,22 +127,32 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         "--no-progress",
     ]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
-    fake = ("--tokenizer", str(toy_tiny), "--service-s", "0.2")
+    # the shared node serves two requests at a time, 0.5 s each: A and D need several seconds
+    # for the run, so C (its own node, one request at a time) commits before the run is done
+    shared = ("--tokenizer", str(toy_tiny), "--capacity", "2", "--service-s", "0.5")
+    fast = ("--tokenizer", str(toy_tiny))
+    slow = ("--tokenizer", str(toy_tiny), "--capacity", "1", "--service-s", "0.2")
     with (
-        fake_server("eyas.testing.fake_sglang", *fake) as sglang,
-        fake_server("eyas.testing.fake_sglang", *fake) as doomed,
+        fake_server("eyas.testing.fake_sglang", *shared) as sglang,
+        fake_server("eyas.testing.fake_sglang", *fast) as doomed,
+        fake_server("eyas.testing.fake_sglang", *slow) as slow_node,
     ):
         cmd = [*generate, "--url", sglang.url]
         a = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
         # B's node: once B has committed, its server freezes, so B cannot finish before it is
         # killed however slow this machine is
         b = subprocess.Popen([*generate, "--url", doomed.url, "--shard", "1/2"], **quiet)
-        c = subprocess.Popen(cmd, **quiet)
+        # C's node is slow and freezes once C has committed: C is still working when its
+        # SIGTERM comes, however fast this machine is (on an idle machine the other jobs could
+        # otherwise finish the run and C exit 0 before the signal); it commits, waits out its
+        # grace for the request in flight and exits 143
+        c = subprocess.Popen([*generate, "--url", slow_node.url], **quiet)
         d = subprocess.Popen(cmd, **quiet)
         b_job, c_job = job_of(gen, b), job_of(gen, c)
         wait_for_commit(gen, b_job, b)
         doomed.freeze()
         wait_for_commit(gen, c_job, c)
+        slow_node.freeze()
         c.send_signal(signal.SIGTERM)  # what Slurm and Kubernetes send first
         b.kill()  # a node lost: no chance to commit or record anything
         b.wait()
@@ -153,7 +163,7 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         for proc in (a, b2, d):
             _, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err
-        assert_no_process_left(run, {sglang.proc.pid, doomed.proc.pid})
+        assert_no_process_left(run, {sglang.proc.pid, doomed.proc.pid, slow_node.proc.pid})
 
     # eyas status: five jobs, which ended how, and the run is complete
     status = cli(["status", str(run), "--json", str(tmp_path / "status.json")])
