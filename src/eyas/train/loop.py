@@ -265,7 +265,8 @@ class Trainer:
             )
 
         # every rank captures the share it trains, into a spool only it reads (local disk)
-        spool = cfg.out / "spool" if self.world == 1 else cfg.out / "spool" / f"rank-{self.rank}"
+        spool = cfg.spool_dir or cfg.out / "spool"
+        spool = spool if self.world == 1 else spool / f"rank-{self.rank}"
         self.stream = CaptureStream(
             spool,
             lambda position: self._share(position)[0],
@@ -274,6 +275,7 @@ class Trainer:
             cfg.steps * cfg.grad_accum,
             torch.bfloat16 if self.device.startswith("cuda") else torch.float32,
             self.log,
+            cfg.spool_mb * 2**20 if cfg.spool_mb else None,
         )
         self.stream.start(self.batches_done)
 

@@ -76,6 +76,8 @@ class CaptureStream:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._bytes: dict[int, int] = {}  # committed shard sizes, by position
+        self._sizes: list[int] = []  # every committed shard's size (the in-flight estimate)
+        self._inflight = 0
         self.peak_shards = 0
         self.wait_s = 0.0  # time the trainer waited for shards (the stream not keeping up)
 
@@ -114,7 +116,10 @@ class CaptureStream:
             return False
         if self.max_bytes is None or position == self.consumed:
             return True
-        return sum(self._bytes.values()) < self.max_bytes
+        # batches in flight count at the mean committed size (unknown before the first)
+        sizes = self._sizes or [self.max_bytes]
+        held = sum(self._bytes.values()) + self._inflight * sum(sizes) / len(sizes)
+        return held < self.max_bytes
 
     async def _produce_async(self, position: int) -> None:
         async with self.open_pool() as pool:
@@ -122,6 +127,8 @@ class CaptureStream:
             try:
                 while await asyncio.to_thread(self._wait_for_room, position):
                     if not (self.spool / spool_name(position)).exists():
+                        with self._cv:
+                            self._inflight += 1
                         task = asyncio.create_task(self._capture_batch(pool, position))
                         task.add_done_callback(self._finished)
                         tasks.add(task)
@@ -142,11 +149,20 @@ class CaptureStream:
         if not task.cancelled() and task.exception() is not None:
             self._fail(task.exception())
 
-    def _committed(self, position: int) -> None:
-        path = self.spool / spool_name(position)
+    def _committed(self, position: int, size: int | None = None) -> None:
+        """A shard is there: `size` when this producer wrote it (the trainer may have read
+        and deleted it already), else one found on resume."""
+        captured = size is not None
+        if size is None:
+            with contextlib.suppress(FileNotFoundError):
+                size = (self.spool / spool_name(position)).stat().st_size
         with self._cv:
+            size = size or 0
+            if captured:
+                self._inflight -= 1
+                self._sizes = [*self._sizes[-15:], size]
             if position >= self.consumed:
-                self._bytes[position] = path.stat().st_size
+                self._bytes[position] = size
             self.peak_shards = max(self.peak_shards, len(list(self.spool.glob("batch-*"))))
             self._cv.notify_all()
 
@@ -179,14 +195,15 @@ class CaptureStream:
             if isinstance(r, BaseException):
                 raise r
         # the write runs on a worker thread: later batches keep capturing meanwhile
-        await asyncio.to_thread(self._write, seqs, results, position)
-        self._committed(position)
+        size = await asyncio.to_thread(self._write, seqs, results, position)
+        self._committed(position, size)
 
-    def _write(self, seqs: list[Sequence], results: list, position: int) -> None:
+    def _write(self, seqs: list[Sequence], results: list, position: int) -> int:
         writer = CaptureWriter(self.spool, 1 << 30, self.dtype)
         for seq, states in zip(seqs, results):
             writer.add(seq.id, seq.dataset, states, seq.ids, seq.supervised)
         writer.flush(spool_name(position))
+        return sum(int(s.numel()) * self.dtype.itemsize for s in results)  # the shard's bulk
 
     # -- consumer ----------------------------------------------------------------------------
 
