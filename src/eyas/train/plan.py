@@ -24,8 +24,8 @@ class BatchPlan:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.batch_tokens = batch_tokens
         self.seed = seed
-        # epoch -> (sequence indices batch after batch, batch b's start in them); two epochs
-        # kept, since a streamed capture's producer thread plans ahead of the trainer
+        # epoch -> (sequence indices batch after batch, batch b's start in them); neighbouring
+        # epochs kept, since a streamed capture's producer thread plans ahead of the trainer
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
         self.epoch_len = len(self._make(0)[1]) - 1  # batch count is the same every epoch
@@ -54,7 +54,7 @@ class BatchPlan:
         with self._lock:
             if epoch not in self._epochs:  # once per epoch, not per micro-batch
                 self._epochs[epoch] = self._make(epoch)
-                for old in sorted(self._epochs)[:-2]:
+                for old in [e for e in self._epochs if abs(e - epoch) > 1]:
                     del self._epochs[old]
             order, starts = self._epochs[epoch]
         return order[starts[b] : starts[b + 1]]
