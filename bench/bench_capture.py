@@ -31,17 +31,17 @@ import aiohttp
 import orjson
 from peers import vllm_offline, vllm_python
 
-from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
+from eyas.backends.vllm.capture import plugin_env
+from eyas.backends.vllm.server import server_args, vllm_server
 from eyas.capture.run import capture_layers, run_capture
 from eyas.config import CaptureConfig
 from eyas.render import Renderer
-from eyas.serving.vllm import vllm_server
 from eyas.sources import convert_rows
 from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
 
-SERVER_ARGS = ["--dtype", "auto", "--enforce-eager", "--no-enable-prefix-caching"]
+NO_PREFIX_CACHING = ("--no-enable-prefix-caching",)
 
 
 def _samples(toy: Path, n: int, seq_len: int, out: Path) -> list[list[int]]:
@@ -102,7 +102,7 @@ def main() -> None:
     args = ap.parse_args()
     python = vllm_python()
     toy = build_toy("tiny")
-    layers, _ = capture_layers(toy, None)
+    layers, target = capture_layers(toy, None)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         seqs = _samples(toy, args.samples, args.seq_len, tmp / "samples.jsonl")
@@ -111,7 +111,9 @@ def main() -> None:
 
         storage = tmp / "incoming"  # as eyas does by default: OUT/.incoming
         storage.mkdir()
-        capture_args = [*SERVER_ARGS[:-1], *vllm_capture_args(layers, storage, 4096)]
+        capture_args = server_args(
+            "capture", target, max_model_len=4096, capture_layers=layers, storage_dir=storage
+        )
         with vllm_server(python, toy, capture_args, plugin_env(), tmp / "capture.log") as url:
             warm = CaptureConfig(
                 target=toy,
@@ -165,7 +167,8 @@ def main() -> None:
                 "tokens_per_s": round(tokens / median(bare)),
             }
         )
-        plain_args = [*SERVER_ARGS, "--max-model-len", "4096"]
+        # the same server without extraction, prefix caching off as the capture server has it
+        plain_args = server_args("serve", target, max_model_len=4096, extra=NO_PREFIX_CACHING)
         with vllm_server(python, toy, plain_args, None, tmp / "plain.log") as url:
             walls = [
                 asyncio.run(_plain_prefill(url, seqs, args.concurrency))

@@ -147,8 +147,9 @@ def real_engine(args, tmp: Path) -> dict:
     rendered by eyas for the toy tiny target; greedy, at most `--real-max-new` new tokens."""
     from peers import vllm_offline, vllm_python
 
+    from eyas.backends.vllm.server import server_args, vllm_server
+    from eyas.hf_models import target_model
     from eyas.render.run import render_file
-    from eyas.serving.vllm import vllm_server
     from eyas.sources import convert_rows
     from eyas.toy.build import build_toy
     from eyas.toy.datasets import FAMILIES, family_rows
@@ -168,14 +169,9 @@ def real_engine(args, tmp: Path) -> dict:
     render_file(renderer, converted, rendered)
     rows = [orjson.loads(line) for line in rendered.read_bytes().splitlines()]
     prompt_ids = [r["prompt_ids"] for r in rows]
-    server_args = [
-        "--dtype",
-        "auto",
-        "--enforce-eager",
-        "--max-model-len",
-        "4096",
-        "--enable-scale-out",
-    ]
+    flags = server_args(
+        "serve", target_model(toy), "auto", max_model_len=4096, extra=("--enable-scale-out",)
+    )
     out: dict = {"prompts": len(rows), "max_new_tokens": args.real_max_new, "rows": []}
 
     def eyas_row(name: str, cfg: PipelineConfig) -> dict:
@@ -191,7 +187,7 @@ def real_engine(args, tmp: Path) -> dict:
 
     # served under its path: speculators sends the tokenizer path as the model name
     with vllm_server(
-        vllm_python(), toy, server_args, None, tmp / "real_server.log", served_name=str(toy)
+        vllm_python(), toy, flags, None, tmp / "real_server.log", served_name=str(toy)
     ) as url:
         backend = BackendConfig(kind="vllm", urls=[url], concurrency=args.real_concurrency)
         cfg = PipelineConfig(

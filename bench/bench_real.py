@@ -50,10 +50,11 @@ from bench_train import timed
 from peers import ROOT, speculators_venv, vllm_python
 from safetensors.torch import save_file
 
+from eyas.backends.vllm.server import server_args, vllm_server
 from eyas.config import TrainConfig
+from eyas.hf_models import target_model
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 from eyas.sources.run import convert_file
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.train.loop import Trainer
@@ -288,11 +289,11 @@ def main() -> None:
 
     train_prep, n_train = prepare(model, work / "train", args.train_rows, TRAIN_SEED, set())
     gen = work / "generate"
-    server_args = ["--dtype", "float32", "--max-model-len", "4096", "--enforce-eager"]
+    flags = server_args("serve", target_model(model), "float32", max_model_len=4096)
     if not (gen / "manifest.json").exists():  # a rerun on the same --workdir reuses the data
         say(f"generating {n_train} conversations through vLLM")
         t0 = time.perf_counter()
-        with vllm_server(vpy, model, server_args, log_path=work / "vllm-generate.log") as url:
+        with vllm_server(vpy, model, flags, log_path=work / "vllm-generate.log") as url:
             seconds["vllm_start"] = time.perf_counter() - t0
             seconds["generate"] = cli(
                 "generate", "--model", model, "--backend", "vllm", "--url", url, "--input",

@@ -7,7 +7,8 @@ target (a Llama of hidden size 8, 4 layers, random weights, the toy tokenizer): 
 samples, and *large*, 200k samples (about 10.4M tokens), both of 20-84 tokens per sample. States are random: the index and the loop are what is measured, not learning.
 
 - Index memory: in a fresh process, resident memory (VmRSS) after `load_captured_sequences`
-  minus before, per captured token; the same for the per-row Python index
+  minus before, per captured token (and, for information, after glibc's `malloc_trim`: the
+  part of it that is freed memory the C allocator keeps); the same for the per-row Python index
   (`read_capture_index`, what training held before) for comparison. Goal: <= 8 B per token.
 - Step time: in a fresh process per capture, `eyas train --hidden-states` (the Trainer) for
   `--steps` steps of the same `batch_tokens`; the median step after the first five. Goal: the
@@ -19,6 +20,7 @@ Scratch data goes to a temporary directory under --work and is deleted at the en
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import itertools
 import json
@@ -107,6 +109,12 @@ def child_memory(capture: Path, kind: str) -> dict:
     load_s = time.perf_counter() - t0
     gc.collect()
     after = rss_bytes()
+    trimmed = None
+    try:  # what of the rest is freed memory glibc keeps (eyas itself never calls malloc_trim)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        trimmed = round((rss_bytes() - before) / tokens, 2)
+    except (OSError, AttributeError):
+        pass
     return {
         "tokens": tokens,
         "samples": len(index),
@@ -114,6 +122,7 @@ def child_memory(capture: Path, kind: str) -> dict:
         "rss_bytes_per_token": round((after - before) / tokens, 2),
         "array_bytes_per_token": round(arrays / tokens, 2) if arrays else None,
         "load_s": round(load_s, 2),
+        "rss_bytes_per_token_after_malloc_trim": trimmed,
     }
 
 

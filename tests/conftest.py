@@ -58,20 +58,34 @@ def toy_tiny() -> Path:
     return build_toy("tiny")
 
 
-@pytest.fixture(scope="session")
-def toy_samples(tmp_path_factory, toy_tiny):
-    """Reference-completion samples on the tiny target's tokenizer (interchange JSONL)."""
-    renderer = Renderer(toy_tiny)
+def write_reference_samples(target: Path, path: Path, per_family: int, seed: int) -> Path:
+    """Reference-completion samples of every toy family on `target`'s tokenizer (interchange
+    JSONL), as if generated in process with max_new_tokens 256."""
+    renderer = Renderer(target)
     rows = []
     for fam in FAMILIES:
-        for conv in convert_rows(family_rows(fam, 5, seed=77), fam.format, fam.name):
+        for conv in convert_rows(family_rows(fam, per_family, seed=seed), fam.format, fam.name):
             if hasattr(conv, "messages"):
                 s = reference_sample(renderer, conv)
                 s.backend, s.sampling = "local", {"max_new_tokens": 256}
                 rows.append(s.to_dict())
-    path = tmp_path_factory.mktemp("samples") / "samples.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def toy_samples(tmp_path_factory, toy_tiny):
+    """Reference-completion samples on the tiny target's tokenizer (interchange JSONL)."""
+    return write_reference_samples(
+        toy_tiny, tmp_path_factory.mktemp("samples") / "samples.jsonl", 5, 77
+    )
+
+
+@pytest.fixture(scope="session")
+def kimi_mla_samples(tmp_path_factory, kimi_toy):
+    """Reference-completion samples on the Kimi toy's tokenizer, for the MLA drafter's tests."""
+    path = tmp_path_factory.mktemp("kimi-mla") / "samples.jsonl"
+    return write_reference_samples(kimi_toy, path, 3, 43)
 
 
 @pytest.fixture(scope="session")

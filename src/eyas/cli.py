@@ -398,6 +398,7 @@ def status(cfg: StatusConfig) -> None:
     "url_file",
     "vllm_python",
     "storage_dir",
+    "method",
     "aux_layers",
     "dtype",
     "shard_size",

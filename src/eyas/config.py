@@ -139,10 +139,54 @@ def _engines(operation: str) -> Choices:
     return Choices(names, "engine", check)
 
 
-# an engine of eyas.backends.registry that can generate / capture hidden states (checked
-# against the registry when the config is built, so an engine registered later counts)
+def _eval_engines() -> Choices:
+    def names() -> list[str]:
+        from eyas.backends.registry import eval_engine_names
+
+        return eval_engine_names()
+
+    def check(value: str) -> str:
+        from eyas.backends.registry import check_eval_engine
+
+        return check_eval_engine(value)
+
+    return Choices(names, "engine", check)
+
+
+def _served_needs_urls(
+    backend: str, urls: list[str], url_file: Path | None, cfg: Any
+) -> str | None:
+    """Why a served engine's settings name no server (None: fine): the user's --url or
+    --url-file, or one the engine's servers hook can start with these settings
+    (`--vllm-python`)."""
+    from eyas.backends.registry import backend_class, can_start, start_flag
+
+    if not backend_class(backend).remote or urls or url_file or can_start(backend, cfg):
+        return None
+    ways = ["--url"]
+    if "url_file" in type(cfg).model_fields and (
+        not isinstance(cfg, EvalConfig) or _joinable(backend)
+    ):
+        ways.append("--url-file")
+    if flag := start_flag(backend):
+        ways.append(flag)
+    said = ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
+    return f"--backend {backend} needs {said}"
+
+
+def _joinable(backend: str) -> bool:
+    """Whether served evaluation on `backend` takes servers that join mid-run (--url-file):
+    its acceptance counts the answers, not each server's counters."""
+    from eyas.backends.registry import ENGINES, acceptance
+
+    return ENGINES[backend].acceptance is not None and acceptance(backend).servers_may_join
+
+
+# an engine of eyas.backends.registry that can generate / capture hidden states / be evaluated
+# (checked against the registry when the config is built, so an engine registered later counts)
 GenerateEngine = Annotated[str, _engines("generate")]
 CaptureEngine = Annotated[str, _engines("capture")]
+EvalEngine = Annotated[str, _eval_engines()]
 
 
 class BackendConfig(_Strict):
@@ -309,6 +353,14 @@ def _engine_layer_order(layers: list[int] | None) -> list[int] | None:
     return sorted(layers) if layers else layers
 
 
+def _drafter_method(value: str) -> str:
+    from eyas.drafter.registry import METHODS
+
+    if value not in METHODS:
+        raise ValueError(f"method is one of {sorted(METHODS)}, not {value!r}")
+    return value
+
+
 class TrainConfig(_Strict):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
     7 TTT steps with weights 0.8^k)."""
@@ -462,11 +514,7 @@ class TrainConfig(_Strict):
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
-        from eyas.drafter.registry import METHODS
-
-        if value not in METHODS:
-            raise ValueError(f"method is one of {sorted(METHODS)}, not {value!r}")
-        return value
+        return _drafter_method(value)
 
     @model_validator(mode="after")
     def _sources(self) -> TrainConfig:
@@ -522,8 +570,13 @@ class CaptureConfig(_Strict):
         description="the server's shared_storage_path (where it writes per-request files; "
         "default: OUT/.incoming, used when eyas starts the server)",
     )
+    method: str = Field(
+        "eagle3",
+        description="the drafter method the capture trains: its fused layers are captured "
+        "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash: its own spread)",
+    )
     aux_layers: list[int] | None = Field(
-        None, description="aux layer ids (default: SGLang's [2, N/2, N-3])"
+        None, description="aux layer ids (default: the method's, see --method)"
     )
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="stored state dtype")
     shard_size: int = Field(64, ge=1, description="samples per committed shard")
@@ -567,10 +620,15 @@ class CaptureConfig(_Strict):
     def _aux_order(cls, value: list[int] | None) -> list[int] | None:
         return _engine_layer_order(value)
 
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        return _drafter_method(value)
+
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
-        if self.backend == "vllm" and not (self.urls or self.url_file) and not self.vllm_python:
-            raise ValueError("--backend vllm needs --url (a running server) or --vllm-python")
+        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
+            raise ValueError(why)
         return self
 
 
@@ -608,8 +666,10 @@ class EvalConfig(_Strict):
         description="with --bench, also measure the published configuration (steps 3, topk 1, "
         "4 draft tokens) for the model-card table",
     )
-    backend: Literal["local", "vllm", "sglang"] = Field(
-        "local", description="local (offline), or inside a serving engine"
+    backend: EvalEngine = Field(
+        "local",
+        description="local (offline), or inside a serving engine (the engines of "
+        "eyas.backends.registry with an acceptance hook: vllm, sglang)",
     )
     urls: list[str] = Field(default_factory=list, description="server URL (served backends)")
     url_file: Path | None = Field(
@@ -667,14 +727,21 @@ class EvalConfig(_Strict):
     def _tree(self) -> EvalConfig:
         if (self.input is None) == (not self.bench):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
-        if self.backend != "local" and not (self.urls or self.url_file) and not self.vllm_python:
-            raise ValueError(f"--backend {self.backend} needs --url, --url-file or --vllm-python")
-        if self.backend != "sglang" and self.url_file is not None:
-            # vLLM's figures are counter deltas read before and after each dataset on every
-            # server: one joining in between would count its whole history
-            raise ValueError("--url-file needs --backend sglang (list vLLM servers with --url)")
-        if self.backend == "sglang" and self.vllm_python is not None:
-            raise ValueError("--vllm-python starts vLLM; for SGLang pass --url")
+        from eyas.backends.registry import ENGINES, eval_engine_names, start_flag
+
+        if self.url_file is not None and not _joinable(self.backend):
+            # figures from counter deltas read before and after each dataset on every server:
+            # one joining in between would count its whole history
+            joinable = [n for n in eval_engine_names() if _joinable(n)]
+            raise ValueError(
+                f"--url-file needs --backend {' or '.join(joinable)} (list {self.backend} "
+                "servers with --url)"
+            )
+        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
+            raise ValueError(why)
+        served = ENGINES[self.backend].acceptance is not None
+        if served and self.vllm_python is not None and start_flag(self.backend) != "--vllm-python":
+            raise ValueError(f"--vllm-python starts vLLM; for {self.backend} pass --url")
         return self
 
 

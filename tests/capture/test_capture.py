@@ -139,6 +139,50 @@ def test_aux_layer_ids_must_be_inside_the_target(tmp_path, toy_tiny, toy_samples
         )
 
 
+def test_a_capture_fuses_the_methods_layers_and_training_refuses_other_layers(
+    tmp_path, toy_tiny, toy_samples, fp32_capture
+):
+    """The capture asks the drafter method which layers it fuses and records the method; a
+    drafter trained from a capture fuses what it fuses online, or training refuses (unless
+    --aux-layers names the captured layers)."""
+    from eyas.drafter.registry import get_method
+
+    fused = get_method("dflash").default_aux_layers(4, None)
+    out = tmp_path / "dflash-capture"
+    manifest = run_capture(
+        CaptureConfig(target=toy_tiny, data=toy_samples, out=out, method="dflash", limit=2),
+        log=lambda s: None,
+    )
+    assert manifest["method"] == "dflash"
+    assert manifest["aux_layers"] == fused and manifest["layers"] == [*fused, 4]
+    eagle3_manifest = json.loads((fp32_capture / "manifest.json").read_text())
+    assert eagle3_manifest["method"] == "eagle3" and eagle3_manifest["aux_layers"] == [1, 2, 3]
+    # the 4-layer toy's DFlash and EAGLE-3 defaults coincide: one middle layer differs from both
+    one = tmp_path / "one-layer"
+    run_capture(
+        CaptureConfig(
+            target=toy_tiny, data=toy_samples, out=one, method="dflash", aux_layers=[2], limit=2
+        ),
+        log=lambda s: None,
+    )
+
+    def train(method: str, capture, **kw):
+        out = tmp_path / f"{method}-{capture.name}-{len(kw)}"
+        cfg = train_cfg(toy_tiny, out, method=method, hidden_states=capture, steps=2, **kw)
+        return run_train(cfg, log=lambda s: None)
+
+    for method in ("dflash", "eagle3"):
+        with pytest.raises(EyasError) as exc:
+            train(method, one)
+        assert exc.value.reason == "capture_layers_mismatch"
+        assert "holds layers [2] (captured for dflash)" in str(exc.value)
+        fuses = get_method(method).default_aux_layers(4, None)
+        assert f"--method {method} fuses {fuses}" in str(exc.value)
+    # named on purpose, the captured layers train
+    path = train("dflash", one, aux_layers=[2])
+    assert json.loads((path / "drafter_config.json").read_text())["aux_layer_ids"] == [2]
+
+
 def test_streamed_capture_reproduces_the_curve_with_a_bounded_spool(
     tmp_path, toy_tiny, toy_samples, monkeypatch
 ):

@@ -16,10 +16,6 @@ from eyas.drafter.mla import deepseek_scales, kv_bytes_per_token
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError
 from eyas.hf_models import target_model
-from eyas.render import Renderer
-from eyas.sources import convert_rows
-from eyas.toy.datasets import FAMILIES, family_rows
-from eyas.toy.samples import reference_sample
 from test_real_kimi_layout import KIMI_K25_CONFIG
 
 
@@ -133,19 +129,9 @@ def _cli(*args):
     return res.exit_code, res.output
 
 
-@pytest.fixture(scope="module")
-def kimi_samples(tmp_path_factory, kimi_toy):
-    renderer = Renderer(kimi_toy)
-    rows = []
-    for fam in FAMILIES:
-        for conv in convert_rows(family_rows(fam, 3, seed=43), fam.format, fam.name):
-            if hasattr(conv, "messages"):
-                s = reference_sample(renderer, conv)
-                s.backend, s.sampling = "local", {"max_new_tokens": 256}
-                rows.append(s.to_dict())
-    path = tmp_path_factory.mktemp("kimi-mla") / "samples.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
+@pytest.fixture
+def kimi_samples(kimi_mla_samples):
+    return kimi_mla_samples
 
 
 @pytest.mark.slow

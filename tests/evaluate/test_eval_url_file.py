@@ -14,5 +14,5 @@ def test_url_file_is_taken_for_sglang_and_refused_for_vllm(tmp_path):
     for backend in ("vllm", "local"):
         with pytest.raises(ValidationError, match="--url-file needs --backend sglang"):
             EvalConfig(**base, backend=backend, url_file=tmp_path / "urls.txt")
-    with pytest.raises(ValidationError, match="needs --url, --url-file or --vllm-python"):
+    with pytest.raises(ValidationError, match="--backend sglang needs --url or --url-file"):
         EvalConfig(**base, backend="sglang")

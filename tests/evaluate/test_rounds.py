@@ -11,6 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import eyas.backends.vllm.acceptance as vllm_acceptance
 import eyas.evaluate.prompts as eval_prompts
 import eyas.evaluate.served as served
 from eyas.cli import app
@@ -198,7 +199,7 @@ def test_vllm_rounds_sum_counters_and_the_baseline_answers_the_same_prompts(
         for p, o in mine:
             fake._count_spec(len(o), zlib.crc32(orjson.dumps(p)))
         counts = {**fake.spec, "accepted_per_pos": fake.per_pos}
-        assert d == {**served.counter_figures(counts, 3), "prompts": len(mine)}
+        assert d == {**vllm_acceptance.counter_figures(counts, 3), "prompts": len(mine)}
     total = [sum(d["histogram"][a] for d in out["datasets"].values()) for a in range(4)]
     assert out["histogram"] == total and sum(total) == out["verify_steps"]
 
@@ -301,12 +302,13 @@ def test_counter_deltas_of_two_rounds_sum_to_the_figures_of_the_whole_span():
         {"num_drafts": 57, "num_accepted_tokens": 90, "accepted_per_pos": [40, 30, 20]},
         {"num_drafts": 100, "num_accepted_tokens": 131, "accepted_per_pos": [70, 41, 20]},
     ]
-    rounds = served.add_counts(
-        served.counter_delta(snaps[0], snaps[1]), served.counter_delta(snaps[1], snaps[2])
+    rounds = vllm_acceptance.add_counts(
+        vllm_acceptance.counter_delta(snaps[0], snaps[1]),
+        vllm_acceptance.counter_delta(snaps[1], snaps[2]),
     )
-    whole = served.served_metrics(snaps[0], snaps[2], 3)
-    assert served.counter_figures(rounds, 3) == whole
+    whole = vllm_acceptance.served_metrics(snaps[0], snaps[2], 3)
+    assert vllm_acceptance.counter_figures(rounds, 3) == whole
     assert whole["histogram"] == [90 - 64, 64 - 37, 37 - 18, 18] and whole["verify_steps"] == 90
     # a mean of the two rounds' acceptance lengths is not the run's
-    a, b = (served.served_metrics(snaps[i], snaps[i + 1], 3) for i in (0, 1))
+    a, b = (vllm_acceptance.served_metrics(snaps[i], snaps[i + 1], 3) for i in (0, 1))
     assert (a["acceptance_length"] + b["acceptance_length"]) / 2 != whole["acceptance_length"]

@@ -9,17 +9,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from eyas.backends.base import Progress
 from eyas.backends.policy import ClientPolicy, ServerPool
 from eyas.backends.reasons import BackendError
+from eyas.backends.vllm.acceptance import read_counters, served_metrics
 from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.cli import app
 from eyas.errors import RefusedError
-from eyas.evaluate.served import (
-    _spec_counters,
-    first_divergence,
-    lossless_report,
-    served_metrics,
-)
+from eyas.evaluate.served import first_divergence, lossless_report
 from eyas.testing.fake_sglang import FakeSGLang
 from eyas.testing.server import fake_sglang_server, fake_vllm_server
 
@@ -247,6 +244,9 @@ class _CountersBackend:
             raise BackendError(self.reason, "Cannot connect to host")
         return {"present": True, "drafts": 1.0, "accepted_per_pos": [1.0]}
 
+    async def progress(self):
+        return Progress(alive=True)
+
 
 def _counter_pool(backend) -> ServerPool:
     return ServerPool([backend], ClientPolicy(concurrency=1, max_attempts=2, backoff_s=0.01))
@@ -257,7 +257,7 @@ def test_counters_unreadable_after_retries_stop_the_run_as_a_dead_server_does():
     run with `servers_failing`, the last reason and the retries named, as a request would."""
     pool = _counter_pool(backend := _CountersBackend(failures=5))
     with pytest.raises(RefusedError) as exc:
-        asyncio.run(_spec_counters(pool))
+        asyncio.run(read_counters(pool))
     assert exc.value.reason == "servers_failing"
     assert "(last: connection_error)" in str(exc.value)
     assert "retried: {'connection_error': 1}" in str(exc.value)
@@ -266,9 +266,9 @@ def test_counters_unreadable_after_retries_stop_the_run_as_a_dead_server_does():
 
 def test_counters_read_is_retried_and_a_permanent_answer_is_not():
     pool = _counter_pool(backend := _CountersBackend(failures=1))
-    assert asyncio.run(_spec_counters(pool))["drafts"] == 1.0
+    assert asyncio.run(read_counters(pool))["drafts"] == 1.0
     assert backend.reads == 2 and pool.retry_reasons == {"connection_error": 1}
     pool = _counter_pool(backend := _CountersBackend(failures=5, reason="http_error"))
     with pytest.raises(RefusedError) as exc:
-        asyncio.run(_spec_counters(pool))
+        asyncio.run(read_counters(pool))
     assert exc.value.reason == "http_error" and backend.reads == 1

@@ -12,10 +12,11 @@ import urllib.request
 
 import pytest
 
-from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
+from eyas.backends.vllm.capture import plugin_env
+from eyas.backends.vllm.server import server_args, vllm_process
+from eyas.hf_models import target_model
 from eyas.render import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_process
 from eyas.sources.run import convert_file
 from eyas.store import committed_ids
 from eyas.store.captures import capture_shards
@@ -64,12 +65,14 @@ def test_a_vllm_server_killed_mid_run_stops_every_stage_the_same_way(
     samples.write_text(
         "".join(json.dumps({**r, "id": f"{r['id']}-{k}"}) + "\n" for k in range(6) for r in rows)
     )
-    args = [
-        "--dtype",
+    args = server_args(
+        "capture",
+        target_model(toy_tiny),
         "float32",
-        "--enforce-eager",
-        *vllm_capture_args([1, 2, 3, 4], storage, 2048),
-    ]
+        max_model_len=2048,
+        capture_layers=[1, 2, 3, 4],
+        storage_dir=storage,
+    )
     log = tmp_path / "server.log"
     with vllm_process(vllm_python, toy_tiny, args, plugin_env(), log) as server:
         url = server.url

@@ -11,10 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from eyas.cli import app
-from eyas.render import Renderer
-from eyas.sources import convert_rows
-from eyas.toy.datasets import FAMILIES, family_rows
-from eyas.toy.samples import reference_sample
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -24,19 +20,9 @@ def _cli(*args):
     return res.exit_code, res.output
 
 
-@pytest.fixture(scope="module")
-def kimi_samples(tmp_path_factory, kimi_toy):
-    renderer = Renderer(kimi_toy)
-    rows = []
-    for fam in FAMILIES:
-        for conv in convert_rows(family_rows(fam, 3, seed=43), fam.format, fam.name):
-            if hasattr(conv, "messages"):
-                s = reference_sample(renderer, conv)
-                s.backend, s.sampling = "local", {"max_new_tokens": 256}
-                rows.append(s.to_dict())
-    path = tmp_path_factory.mktemp("kimi-mla-served") / "samples.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
+@pytest.fixture
+def kimi_samples(kimi_mla_samples):
+    return kimi_mla_samples
 
 
 def test_vllm_cpu_serves_the_mla_drafter_as_offline(tmp_path, kimi_toy, kimi_samples, vllm_python):

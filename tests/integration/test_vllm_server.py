@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from eyas.backends.base import GenRequest
 from eyas.backends.vllm import VLLMBackend
+from eyas.backends.vllm.server import server_args, vllm_server
 from eyas.cli import app
+from eyas.hf_models import target_model
 from eyas.render import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 from eyas.sources.run import convert_file
 from eyas.store import read_samples
 from eyas.toy.datasets import FAMILIES, family_rows
@@ -26,14 +27,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def vllm_url(vllm_python, toy_tiny, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-log") / "server.log"
-    args = [
-        "--dtype",
+    args = server_args(
+        "serve",
+        target_model(toy_tiny),
         "float32",
-        "--max-model-len",
-        "2048",
-        "--enforce-eager",
-        "--enable-scale-out",
-    ]
+        max_model_len=2048,
+        extra=("--enable-scale-out",),
+    )
     with vllm_server(vllm_python, toy_tiny, args, log_path=log, served_name="toy-tiny") as url:
         yield url
 

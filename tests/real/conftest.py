@@ -15,9 +15,10 @@ import pytest
 import torch
 from real_helpers import CHAT, MAX_NEW, converted, hf_greedy, invoke
 
+from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.hf_models import target_model
 from eyas.render import Renderer
 from eyas.render.run import render_file
-from eyas.serving.vllm import vllm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +70,7 @@ def vllm_generated(vllm_python, smollm2, chat_prep, real_root) -> Path:
     """`eyas generate --backend vllm` against vLLM's CPU build serving the converted
     directory in fp32; the server is stopped once generation is done."""
     out = real_root / "generate-vllm"
-    args = ["--dtype", "float32", "--max-model-len", "2048", "--enforce-eager"]
+    args = server_args("serve", target_model(smollm2), "float32", max_model_len=2048)
     log = real_root / "vllm-generate.log"
     with vllm_server(vllm_python, smollm2, args, log_path=log) as url:
         res = invoke(

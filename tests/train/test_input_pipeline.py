@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from eyas.errors import EyasError
 from eyas.store import load_table, select_trainable
-from eyas.store.captures import CaptureWriter, capture_shards
+from eyas.store.captures import CaptureWriter, _string_array, capture_shards
 from eyas.train.data import load_captured_sequences, load_sequences
 from eyas.train.loop import run_train
 from eyas.train.plan import BatchPlan
@@ -21,7 +21,7 @@ from train_helpers import toy_train_config
 def test_the_packed_index_holds_each_sample_as_the_table_does(toy_samples):
     seqs, report = load_sequences(toy_samples, max_len=1024)
     table = load_table(toy_samples)
-    keep, _ = select_trainable(table, False, frozenset())
+    keep, _ = select_trainable(table, "train", frozenset())
     expected = []
     for i in keep:
         prompt, output = table.prompt.row(i).tolist(), table.output.row(i).tolist()
@@ -201,3 +201,27 @@ def test_an_id_two_jobs_captured_is_packed_once(tmp_path):
     first = capture_shards(cap)[0]  # both shards hold "b": the first in part-name order wins
     assert seqs[seqs.sample_ids().index("b")].source.shard == first
     assert seqs.tokens.tolist() == [5, 6, 7, 8] * 3
+
+
+def test_sample_ids_are_read_as_arrays_equal_to_the_json_lists(tmp_path):
+    cap = tmp_path / "cap"
+    shards = (  # plain ids (numpy's parse), then ids with escapes and non-ASCII (JSON's)
+        [("a", "d1"), ("bbbbbbbbbbbb", "d2"), ("c,d", "d1")],
+        [('q"x', "d2"), ("ünï", "d3"), ("back\\slash", "d1")],
+    )
+    writer = CaptureWriter(cap, shard_size=3, dtype=torch.bfloat16)  # one job: shards in order
+    for rows in shards:
+        for name, ds in rows:
+            writer.add(name, ds, torch.zeros(3, 4, 8), [5, 6, 7], [0, 1, 1])
+    writer.flush()
+    (cap / "manifest.json").write_text(json.dumps({"aux_layers": [1, 2, 3], "excluded": {}}))
+    seqs, report, _ = load_captured_sequences(cap, 1024)
+    assert len(capture_shards(cap)) == 2
+    assert seqs.sample_ids() == [n for rows in shards for n, _ in rows] and report.loaded == 6
+    assert [s.dataset for s in seqs] == [d for rows in shards for _, d in rows]
+    path = capture_shards(cap)[0]
+    spaced = {"ids": ' [ "x" ,\n"yy"\t] ', "bad": '["x", 3]', "empty": "[]"}
+    assert _string_array(path, spaced, "ids").tolist() == [b"x", b"yy"]
+    assert _string_array(path, spaced, "empty").tolist() == []
+    with pytest.raises(EyasError, match="not a list of strings"):
+        _string_array(path, spaced, "bad")

@@ -452,9 +452,11 @@ class ServerPool:
         op: Callable[[Backend], Awaitable[T]],
         *,
         work: Callable[[T], float] | None = None,
+        on: Backend | None = None,
     ) -> tuple[T, int]:
         """Run `op(backend)` on the least-loaded server under the policy: (result, attempts).
-        `work` measures a result for the adaptive limit (default: 1 per request)."""
+        `work` measures a result for the adaptive limit (default: 1 per request); `on` sends
+        every attempt to that one server (a reading of its own state, e.g. its counters)."""
         if self.stop.is_set():
             self.failure_reasons["not_sent"] += 1
             raise RequestFailed(BackendError("not_sent", self.stopped_reason or "stopped"), 0)
@@ -462,7 +464,7 @@ class ServerPool:
         last: _Server | None = None
         while True:
             attempt += 1
-            server = await self._acquire(retry=attempt > 1, avoid=last)
+            server = await self._acquire(retry=attempt > 1, avoid=last, only=on)
             last = server
             if attempt == 1 and self.stop.is_set():  # stopped while this one waited: keep it
                 self._release(server, None, None, counted=False)
@@ -516,8 +518,13 @@ class ServerPool:
 
     # -- routing and limits ---------------------------------------------------------------------
 
-    def _pick(self, now: float, avoid: _Server | None = None) -> _Server | None:
-        up = [s for s in self.servers if s.joined and s.down_until <= now]
+    def _pick(
+        self, now: float, avoid: _Server | None = None, only: Backend | None = None
+    ) -> _Server | None:
+        if only is not None:  # a reading of that server's own state: joined or not
+            up = [s for s in self.servers if s.backend is only and s.down_until <= now]
+        else:
+            up = [s for s in self.servers if s.joined and s.down_until <= now]
         free = [s for s in up if s.outstanding < s.limit.value]
         if avoid is not None and any(s is not avoid for s in free):
             free = [s for s in free if s is not avoid]  # a retry prefers another server
@@ -525,16 +532,22 @@ class ServerPool:
             return None
         return min(free, key=lambda s: (s.outstanding, s.outstanding / s.limit.value))
 
-    async def _acquire(self, retry: bool, avoid: _Server | None = None) -> _Server:
+    async def _acquire(
+        self, retry: bool, avoid: _Server | None = None, only: Backend | None = None
+    ) -> _Server:
         """A slot on the least-loaded server with room; retries go before first attempts (a
         request being retried keeps its place, so a dead server fails fast)."""
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            server = self._pick(now, avoid)
+            server = self._pick(now, avoid, only)
             if server is not None and (retry or not self._waiters[True]):
                 break
-            cooling = [s.down_until - now for s in self.servers if s.joined and s.down_until > now]
+            cooling = [
+                s.down_until - now
+                for s in self.servers
+                if (s.joined or s.backend is only) and s.down_until > now
+            ]
             waiter = loop.create_future()
             queue = self._waiters[retry]
             queue.append(waiter)
@@ -630,8 +643,12 @@ class ServerPool:
         most min(timeout_s, 30) s: a frozen server answers nothing."""
         if server.probe is None or server.probe.done():
             server.probe = asyncio.ensure_future(self._read_progress(server))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(server.probe), min(self.policy.timeout_s, 30))
+        # asyncio.wait, not wait_for(shield(...)): Python 3.11's wait_for returns the result
+        # and drops a cancellation that arrives as the probe finishes, and a monitor that
+        # outlives its cancel hangs close() (and asyncio.run's shutdown) for good
+        done, _ = await asyncio.wait({server.probe}, timeout=min(self.policy.timeout_s, 30))
+        for probe in done:
+            probe.result()  # a failure that is not a BackendError surfaces, as it did
 
     async def _read_progress(self, server: _Server) -> None:
         try:

@@ -1,6 +1,8 @@
-"""One registry of engines: a name, the backend class that speaks to it, and its default
-ceiling of requests in flight. Adding an engine is one module (its backend class, with
-`from_settings`, `operations` and the operations it offers) plus one line here.
+"""One registry of engines: a name, the backend class that speaks to it, its default ceiling of
+requests in flight, and the hooks served evaluation and server start-up use. Adding an engine is
+one module (its backend class, with `from_settings`, `operations` and the operations it offers;
+for served evaluation an acceptance hook; for servers eyas starts, a servers hook) plus one line
+here (docs/architecture.md, "Adding an engine").
 
     async with open_pool("vllm", settings, urls, policy, operation="capture") as pool:
         states, attempts = await pool.call(lambda b: b.capture(sample_id, ids))
@@ -10,33 +12,60 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eyas.backends.base import Backend, BackendSettings
 from eyas.backends.policy import ClientPolicy, ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.errors import EyasError, RefusedError
 
+SERVED_EVALUATOR = "eyas.evaluate.served:evaluate_served"
+
 
 @dataclass(frozen=True)
 class Engine:
     backend: str  # "module:Class"
     default_concurrency: int  # the in-flight ceiling when the user sets none
+    # served `eyas eval`: "module:Class" counting the engine's speculative decoding (an
+    # `eyas.evaluate.served.Acceptance`); None: its servers cannot be evaluated
+    acceptance: str | None = None
+    # "module:Class" starting local servers for eval and capture when no --url is given
+    # (`for_eval`, `for_capture`, `can_start`, `flag`); None: the user runs the servers
+    servers: str | None = None
+    # "module:function" evaluating in its own way instead of through served evaluation
+    evaluator: str | None = None
 
 
 ENGINES: dict[str, Engine] = {
     # SGLang: one prompt per call by default (a batch is answered at its longest member);
     # like vLLM, the adaptive limit finds what a given server sustains below this ceiling
-    "sglang": Engine("eyas.backends.sglang.client:SGLangBackend", 256),
+    "sglang": Engine(
+        "eyas.backends.sglang.client:SGLangBackend",
+        256,
+        acceptance="eyas.backends.sglang.acceptance:SGLangAcceptance",
+    ),
     # vLLM schedules up to 256 sequences by default (measured on CPU: 512 in flight 1.7x
     # faster than 64); the adaptive limit finds what a given server sustains below this
-    "vllm": Engine("eyas.backends.vllm.client:VLLMBackend", 256),
+    "vllm": Engine(
+        "eyas.backends.vllm.client:VLLMBackend",
+        256,
+        acceptance="eyas.backends.vllm.acceptance:VLLMAcceptance",
+        servers="eyas.backends.vllm.server:VLLMServers",
+    ),
     "openai_chat": Engine("eyas.backends.openai_chat:OpenAIChatBackend", 256),
-    # prompts per in-process batch
-    "local": Engine("eyas.backends.local:LocalBackend", 16),
+    # prompts per in-process batch; `eyas eval --backend local` decodes offline, in process
+    "local": Engine(
+        "eyas.backends.local:LocalBackend", 16, evaluator="eyas.evaluate.offline:evaluate_offline"
+    ),
 }
+
+
+def _load(spec: str) -> Any:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def engine_names() -> list[str]:
@@ -58,8 +87,55 @@ def check_engine(name: str, operation: str | None = None) -> str:
 
 
 def backend_class(name: str) -> type:
-    module, _, attr = ENGINES[name].backend.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return _load(ENGINES[name].backend)
+
+
+# -- evaluation and servers eyas starts ---------------------------------------------------------
+
+
+def eval_engine_names() -> list[str]:
+    """The engines `eyas eval --backend` takes: served (an acceptance hook) or their own."""
+    return [n for n in engine_names() if ENGINES[n].acceptance or ENGINES[n].evaluator]
+
+
+def check_eval_engine(name: str) -> str:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of {eval_engine_names()}")
+    if name not in eval_engine_names():
+        raise ValueError(f"engine {name!r} cannot evaluate; these can: {eval_engine_names()}")
+    return name
+
+
+def evaluator(name: str) -> Callable[..., dict]:
+    """`(cfg, prompts, log, *, follow_ups) -> result` for `eyas eval --backend name`."""
+    engine = ENGINES[name]
+    return _load(engine.evaluator or SERVED_EVALUATOR)
+
+
+def acceptance(name: str) -> Any:
+    """The engine's acceptance hook (an instance), or a refusal when it has none."""
+    spec = ENGINES[name].acceptance
+    if spec is None:
+        raise EyasError("bad_flag", f"engine {name} reports no speculative-decoding counts")
+    return _load(spec)()
+
+
+def servers(name: str) -> Any | None:
+    """The engine's hook that starts local servers (an instance), None when eyas cannot."""
+    spec = ENGINES[name].servers
+    return _load(spec)() if spec else None
+
+
+def can_start(name: str, cfg: Any) -> bool:
+    """Whether eyas can start `name`'s servers with the settings of `cfg`."""
+    hook = servers(name)
+    return hook is not None and hook.can_start(cfg)
+
+
+def start_flag(name: str) -> str | None:
+    """The option that lets eyas start the engine's servers (`--vllm-python`), if any."""
+    hook = servers(name)
+    return hook.flag if hook is not None else None
 
 
 def build_backends(
@@ -123,4 +199,18 @@ async def open_pool(
             await session.close()
 
 
-__all__ = ["ENGINES", "Engine", "backend_class", "check_engine", "engine_names", "open_pool"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "acceptance",
+    "backend_class",
+    "can_start",
+    "check_engine",
+    "check_eval_engine",
+    "engine_names",
+    "eval_engine_names",
+    "evaluator",
+    "open_pool",
+    "servers",
+    "start_flag",
+]

@@ -36,6 +36,7 @@ import orjson
 import torch
 
 from eyas import __version__
+from eyas.backends import registry
 from eyas.backends.base import BackendSettings
 from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
@@ -63,15 +64,23 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def capture_layers(
-    target: Path, aux_layers: list[int] | None, model: TargetModel | None = None
+    target: Path,
+    aux_layers: list[int] | None,
+    method: str = "eagle3",
+    method_cfg: Any = None,
+    model: TargetModel | None = None,
 ) -> tuple[list[int], TargetModel]:
     """(aux ids + [N], the target): HF `hidden_states` indices; the last is the final layer
-    before its norm. `model`: the target already read (its directory is not read again)."""
+    before its norm. The aux ids are the ones the drafter `method` fuses (its default for this
+    target, or `aux_layers`, which it must accept): a capture serves one method's training.
+    `method_cfg`: the training config when the capture streams into training (a DFlash
+    drafter's default layers follow its `draft_layers`); `model`: the target already read (its
+    directory is not read again)."""
     model = model or target_model(target)
     depth = model.num_layers
-    eagle3 = get_method("eagle3")  # a capture stores EAGLE-3's three layers (DFlash fuses them)
-    aux = aux_layers or eagle3.default_aux_layers(depth)
-    eagle3.check_aux_layers(aux, depth)
+    drafter = get_method(method)
+    aux = aux_layers or drafter.default_aux_layers(depth, method_cfg)
+    drafter.check_aux_layers(aux, depth)
     return [*aux, depth], model
 
 
@@ -116,7 +125,8 @@ async def capture_one(pool: ServerPool, sample_id: str, ids: list[int], layers: 
 
 @contextlib.asynccontextmanager
 async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
-    """The configured capture engine's pool (starting a local vLLM server when asked)."""
+    """The configured capture engine's pool: the user's servers, or one the engine's servers
+    hook starts (`registry.servers`: vLLM with `--vllm-python`)."""
     policy = ClientPolicy(
         concurrency=cfg.concurrency,
         adaptive=cfg.adaptive_concurrency and backend_class(cfg.backend).remote,
@@ -127,7 +137,7 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         ready_timeout_s=cfg.ready_timeout_s,
     )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
-    if cfg.backend != "vllm" or cfg.urls or cfg.url_file:
+    if cfg.urls or cfg.url_file or not registry.can_start(cfg.backend, cfg):
         async with open_pool(
             cfg.backend,
             settings,
@@ -139,30 +149,11 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
         ) as pool:
             yield pool
         return
-    from eyas.backends.vllm.capture import plugin_env, vllm_capture_args
-    from eyas.backends.vllm.conventions import float32_mla_args, text_only_args
-    from eyas.serving.vllm import vllm_server
-
-    storage = cfg.storage_dir or (cfg.out / ".incoming")
-    storage.mkdir(parents=True, exist_ok=True)
-    args = [
-        "--dtype",
-        "float32" if cfg.dtype == "float32" else "auto",
-        "--enforce-eager",
-        *vllm_capture_args(layers, storage, target.context_length),
-        *text_only_args(target.wrapper),
-        *float32_mla_args(target.text, cfg.dtype),
-    ]
-    log(f"starting a vLLM capture server ({cfg.vllm_python})")
-    with vllm_server(
-        cfg.vllm_python,
-        cfg.target,
-        args=args,
-        env=plugin_env(),
-        log_path=cfg.out / "vllm-server.log",
-        ready_timeout_s=cfg.ready_timeout_s,
-    ) as url:
-        async with open_pool("vllm", settings, [url], policy, operation="capture") as pool:
+    hook = registry.servers(cfg.backend)
+    log(f"starting a {cfg.backend} capture server")
+    log_path = cfg.out / f"{cfg.backend}-server.log"
+    with hook.for_capture(cfg, layers=layers, target=target, log_path=log_path) as url:
+        async with open_pool(cfg.backend, settings, [url], policy, operation="capture") as pool:
             yield pool
 
 
@@ -292,7 +283,7 @@ def _capture_jobs(cfg: CaptureConfig, target: TargetModel):
 
 
 def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    layers, target = capture_layers(cfg.target, cfg.aux_layers)
+    layers, target = capture_layers(cfg.target, cfg.aux_layers, cfg.method)
     cfg.out.mkdir(parents=True, exist_ok=True)
     job_id = new_job_id()
     jobs, excluded, skipped, done, qfile = _capture_jobs(cfg, target)
@@ -324,7 +315,8 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
                 "config_sha256": _sha256((Path(cfg.target) / "config.json").read_bytes()),
             },
             "backend": cfg.backend,
-            "aux_layers": layers[:3],
+            "method": cfg.method,  # the drafter method whose fused layers these are
+            "aux_layers": layers[:-1],
             "layers": layers,
             "layer_convention": "hf hidden_states index; the last is the final layer before "
             "its norm",
@@ -338,7 +330,7 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
         },
     )
     threads = torch.get_num_threads()
-    if cfg.backend == "vllm":
+    if backend_class(cfg.backend).remote:
         # The client only copies tensors; several intra-op threads fighting the server for
         # the same cores make each copy hundreds of times slower (measured: 0.5 s per shard).
         torch.set_num_threads(1)

@@ -65,12 +65,9 @@ def _dispatch(
     renderer of its mode, else the target's default); the result carries the follow-up
     provenance (`follow_ups`), the outputs stay out of it."""
     follow = _FollowUps(cfg, prompts, renderers or {}, log)
-    if cfg.backend == "local":
-        from eyas.evaluate.offline import evaluate_offline as evaluate
-    elif cfg.backend == "vllm":
-        from eyas.evaluate.served import evaluate_vllm as evaluate
-    else:
-        from eyas.evaluate.served import evaluate_sglang as evaluate
+    from eyas.backends.registry import evaluator
+
+    evaluate = evaluator(cfg.backend)  # offline (local) or served, as the engine's entry says
     result = evaluate(cfg, prompts, log, follow_ups=follow if follow.active else None)
     result.pop("outputs", None)  # every prompt's ids: what the rounds need, not the report
     result["follow_ups"] = follow.describe(result.pop("rounds", None) or [len(prompts)])
@@ -168,7 +165,7 @@ def run_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, A
 def _configs(cfg: EvalConfig) -> list[tuple[str, dict]]:
     """(label, overrides) to run: the published configuration and the user's, once each."""
     user = {"k": cfg.k, "topk": cfg.topk, "num_draft_tokens": cfg.num_draft_tokens or cfg.k}
-    if cfg.backend == "sglang":
+    if not _sets_drafts(cfg):
         # eyas cannot reconfigure a server it did not start: the server's own settings count
         return [("server", {})]
     label = (
@@ -179,6 +176,14 @@ def _configs(cfg: EvalConfig) -> list[tuple[str, dict]]:
     if not cfg.published_config or user == PUBLISHED:
         return [(PUBLISHED_LABEL if user == PUBLISHED else label, {})]
     return [(PUBLISHED_LABEL, PUBLISHED), (label, {})]
+
+
+def _sets_drafts(cfg: EvalConfig) -> bool:
+    """Whether the run's draft settings (k, topk) reach the measurement: offline eyas decodes
+    itself; a served engine says so (`Acceptance.follows_settings`)."""
+    from eyas.backends.registry import ENGINES, acceptance
+
+    return ENGINES[cfg.backend].acceptance is None or acceptance(cfg.backend).follows_settings
 
 
 def run_bench_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:

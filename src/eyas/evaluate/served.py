@@ -5,36 +5,31 @@ client policy (`eyas.backends`): the target is never loaded in this process.
     eyas eval ... --backend vllm --vllm-python PY            # eyas starts both servers
     eyas eval ... --backend sglang --url http://spec:30000 --baseline-url http://base:30000
 
-- vLLM: the target runs with `--speculative-config {"method": "eagle3", ...}`
-  (`_vllm_speculative_config`, asked of the drafter's method); acceptance comes from vLLM's
-  own counters on `/metrics` (drafts, draft tokens, accepted tokens, accepted per position),
-  read before and after each dataset of each round, the differences summed. A server that exports no spec-decode
-  counters has no drafter: that is an error (`no_speculation`), not acceptance 0. A drafter
-  that is not already in speculators format is exported for vLLM first.
-- SGLang: token-id prompts to `/generate`; a finished request's `meta_info` carries
-  `spec_verify_ct` (target verify steps) and `completion_tokens` only when it had verify steps
-  (`eyas.backends.sglang.conventions`): a missing count is zero steps (a one-token answer),
-  and the run refuses only when no response carries one.
+One evaluator serves every engine of the registry (`eyas.backends.registry`) that has an
+acceptance hook (`Acceptance`): the engine says how it counts speculative decoding, this module
+runs the prompts, the rounds and the lossless check the same way for all.
+
+- vLLM (`eyas.backends.vllm.acceptance`): the target runs with `--speculative-config` (built
+  by `eyas.backends.vllm.server` when eyas starts it, asked of the drafter's method);
+  acceptance comes from vLLM's own counters on `/metrics`, read through the pool before and
+  after each dataset of each round, the differences summed.
+- SGLang (`eyas.backends.sglang.acceptance`): token-id prompts to `/generate`; each finished
+  request's `meta_info` carries its verify steps.
 
 **Rounds.** A conversation whose later turns follow the model's own answers (MT-Bench's second
 question, BFCL's turns) is evaluated in rounds (`eyas.evaluate.prompts.Rounds`): round 1 is the
 prompts as given, each later round is asked after the served outputs of the one before. The
 servers stay up for all rounds; every figure is summed over them per dataset.
 
-`acceptance_length` is tokens per verify step, bonus included, prefill token excluded
-(`(completion_tokens - 1) / spec_verify_ct`); SGLang's own `completion_tokens /
-spec_verify_ct` counts the prefill token too and is reported beside it as
-`sglang_accept_length`.
-
 **Lossless check** (temperature 0). The served outputs are compared with the same engine
 serving the target without a drafter (a baseline server: `--baseline-url`, or one eyas starts
-with `--vllm-python`), run twice on the same prompts, round by round (a later turn is asked
-after the speculative run's answer, so both sides answer the same prompt). Per prompt the
-result gives the first divergence and the share of the baseline's tokens reproduced; the check
-fails only when more prompts diverge from the baseline than diverge between the two baseline
-runs (what the engine itself does, e.g. batched bf16 decoding on a GPU). Without a baseline
-server the check is off, and `lossless_check.note` says so. A request that fails for good is
-left out of the figures and listed with its reason under `requests`.
+where the engine can, `--vllm-python`), run twice on the same prompts, round by round (a later
+turn is asked after the speculative run's answer, so both sides answer the same prompt). Per
+prompt the result gives the first divergence and the share of the baseline's tokens reproduced;
+the check fails only when more prompts diverge from the baseline than diverge between the two
+baseline runs (what the engine itself does, e.g. batched bf16 decoding on a GPU). Without a
+baseline server the check is off, and `lossless_check.note` says so. A request that fails for
+good is left out of the figures and listed with its reason under `requests`.
 """
 
 from __future__ import annotations
@@ -42,141 +37,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
+from eyas.backends import registry
 from eyas.backends.base import BackendSettings, Generation, GenRequest
 from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
-from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
-from eyas.backends.sglang.conventions import VERIFY_COUNT_KEY
-from eyas.backends.vllm.conventions import (
-    FLOAT32_MLA_DRAFTER,
-    float32_mla_args,
-    text_only_args,
-)
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.prompts import FollowUps, Rounds
 
 
-def counter_delta(before: dict, after: dict) -> dict[str, Any]:
-    """What vLLM's spec-decode counters grew by between two snapshots."""
-    pos_after = after.get("accepted_per_pos") or []
-    pos_before = before.get("accepted_per_pos") or [0.0] * len(pos_after)
-    return {
-        "num_drafts": after.get("num_drafts", 0) - before.get("num_drafts", 0),
-        "num_accepted_tokens": after.get("num_accepted_tokens", 0)
-        - before.get("num_accepted_tokens", 0),
-        "accepted_per_pos": [a - b for a, b in zip(pos_after, pos_before)],
-    }
+class Acceptance(Protocol):
+    """How an engine counts speculative decoding (the registry's `acceptance` hook). Per
+    dataset of each round: `mark` before its requests, `count` after them (from the servers'
+    counters, or from the answers); `add` sums two counts (figures are those of the summed
+    counts, never a mean of means); `figures` turns a count into the reported figures. A count
+    may carry `answered`: the prompts its figures cover, when fewer than were asked."""
 
+    source: ClassVar[str]  # where the figures come from, for the result
+    # whether eval's draft settings (k, topk) reach the measurement; False: the servers' own
+    # settings count, and `--bench` measures one configuration ("server")
+    follows_settings: ClassVar[bool]
+    # whether servers may join mid-run (`--url-file`): False when the figures are deltas of
+    # each server's counters, which a server joining between two reads would inflate
+    servers_may_join: ClassVar[bool]
 
-def add_counts(a: dict, b: dict) -> dict[str, Any]:
-    """Two counter deltas summed (the figures of several rounds or datasets are those of the
-    summed counts, never a mean of their means)."""
-    pa, pb = a.get("accepted_per_pos") or [], b.get("accepted_per_pos") or []
-    width = max(len(pa), len(pb))
-    pa, pb = pa + [0.0] * (width - len(pa)), pb + [0.0] * (width - len(pb))
-    return {
-        "num_drafts": a.get("num_drafts", 0) + b.get("num_drafts", 0),
-        "num_accepted_tokens": a.get("num_accepted_tokens", 0) + b.get("num_accepted_tokens", 0),
-        "accepted_per_pos": [x + y for x, y in zip(pa, pb)],
-    }
+    def check_config(self, cfg: EvalConfig) -> None:
+        """Refuse settings the engine cannot measure (EyasError)."""
 
+    async def mark(self, pool: ServerPool) -> Any: ...
 
-def served_metrics(before: dict, after: dict, k: int) -> dict[str, Any]:
-    """Acceptance figures from two counter snapshots."""
-    return counter_figures(counter_delta(before, after), k)
+    async def count(self, pool: ServerPool, mark: Any, answers: dict[str, Generation]) -> dict:
+        """`answers`: the dataset's answered requests of this round, by prompt id."""
 
+    def add(self, a: dict, b: dict) -> dict: ...
 
-def counter_figures(counts: dict, k: int) -> dict[str, Any]:
-    """Acceptance figures from a counter delta (vLLM's acceptance is a prefix: the
-    per-position counts give the exact histogram)."""
-    drafts, accepted = counts.get("num_drafts", 0), counts.get("num_accepted_tokens", 0)
-    raw = counts.get("accepted_per_pos") or []
-    pos = list(raw[:k]) + [0.0] * (k - len(raw))
-    reached = [drafts, *pos[:-1]]
-    hist = (
-        [int(drafts - pos[0])] + [int(pos[i - 1] - pos[i]) for i in range(1, k)] + [int(pos[k - 1])]
-    )
-    return {
-        "verify_steps": int(drafts),
-        "acceptance_length": round(1 + accepted / drafts, 4) if drafts else 0.0,
-        "mean_accepted_drafts": round(accepted / drafts, 4) if drafts else 0.0,
-        "per_position": [round(p / r, 4) if r else 0.0 for p, r in zip(pos[:k], reached[:k])],
-        "histogram": hist,
-    }
+    def figures(self, counts: dict, k: int) -> dict[str, Any]: ...
 
-
-def _vllm_speculative_config(cfg: EvalConfig, drafter_dir: Path) -> dict[str, Any]:
-    """vLLM's `--speculative-config` for the drafter's vLLM export: its method names vLLM's
-    method (`eagle3` for EAGLE-3 and EAGLE-3.1, `dflash`)."""
-    from eyas.drafter.registry import method_reading
-    from eyas.jsonl import read_json_object
-
-    method = method_reading(read_json_object(drafter_dir / "config.json"))
-    return method.vllm_speculative_config(drafter_dir, cfg.k)
-
-
-def _is_mla_drafter(drafter_dir: str) -> bool:
-    from eyas.drafter.eagle3.export_mla import is_mla
-
-    return is_mla(json.loads((Path(drafter_dir) / "config.json").read_text()))
-
-
-def _vllm_drafter(cfg: EvalConfig, scratch: Path) -> Path:
-    """A speculators-format drafter directory vLLM can load."""
-    from eyas.drafter.load import resolve_drafter_dir
-    from eyas.export.drafter import export_drafter
-
-    folder = resolve_drafter_dir(cfg.drafter)
-    config = folder / "config.json"
-    if config.exists() and json.loads(config.read_text()).get("speculators_model_type"):
-        return folder
-    if (
-        config.exists()
-        and _is_mla_drafter(str(folder))
-        and json.loads(config.read_text()).get("eagle_aux_hidden_state_layer_ids")
-    ):
-        return folder  # the vLLM layout of an MLA drafter: ids at the top level
-    return export_drafter(folder, "vllm", scratch / "vllm-drafter", cfg.target, cfg.k)
+    def check_run(self, total: dict) -> None:
+        """Refuse a run that shows no speculation at all (`no_speculation`)."""
 
 
 # -- servers ------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _started_vllm(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
-    import torch
-
-    from eyas.hf_models import target_model
-    from eyas.serving.vllm import vllm_server
-
-    target = target_model(cfg.target)
-    args = ["--max-model-len", str(min(target.context_length, 8192)), "--enforce-eager"]
-    args += text_only_args(target.wrapper)
-    cuda = torch.cuda.is_available()
-    if not cuda:
-        args += ["--dtype", "float32"]  # a CPU engine: the precision offline evaluation uses
-        args += float32_mla_args(target.text, "float32")
-    if drafter:
-        spec = _vllm_speculative_config(cfg, _vllm_drafter(cfg, scratch))
-        if not cuda and _is_mla_drafter(spec["model"]):
-            spec.update(FLOAT32_MLA_DRAFTER)
-        args += ["--speculative-config", json.dumps(spec)]
-    log(f"starting vLLM ({'with the drafter' if drafter else 'baseline, no drafter'})")
-    name = "spec" if drafter else "base"
-    with vllm_server(
-        cfg.vllm_python, cfg.target, args, log_path=_log_dir(cfg) / f"vllm-{name}.log"
-    ) as url:
-        yield [url]
 
 
 def _log_dir(cfg: EvalConfig) -> Path:
@@ -195,26 +104,36 @@ def _own_log_dir() -> Path:
 
 @contextlib.contextmanager
 def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
-    """The URLs of the servers with the drafter (or the baseline): the user's, or vLLM
-    servers eyas starts."""
+    """The URLs of the servers with the drafter (or the baseline): the user's, or servers the
+    engine's hook starts (`registry.servers`)."""
     given = cfg.urls if drafter else cfg.baseline_urls
     if given or (drafter and cfg.url_file is not None):  # servers also join from the file
         yield given
         return
-    if cfg.backend != "vllm" or cfg.vllm_python is None:
-        raise EyasError("bad_flag", "a baseline needs --baseline-url (or, for vLLM, --vllm-python)")
-    with _started_vllm(cfg, scratch, drafter, log) as urls:
-        yield urls
+    if not registry.can_start(cfg.backend, cfg):
+        flag = registry.start_flag(cfg.backend)
+        raise EyasError(
+            "bad_flag",
+            "a baseline needs --baseline-url"
+            + (f" (or, for {cfg.backend}, {flag})" if flag else ""),
+        )
+    hook = registry.servers(cfg.backend)
+    log(f"starting {cfg.backend} ({'with the drafter' if drafter else 'baseline, no drafter'})")
+    name = "spec" if drafter else "base"
+    log_path = _log_dir(cfg) / f"{cfg.backend}-{name}.log"
+    with hook.for_eval(cfg, drafter=drafter, scratch=scratch, log_path=log_path) as url:
+        yield [url]
 
 
 def _baseline_runs(cfg: EvalConfig) -> tuple[int, str | None]:
     """(baseline runs to make, why the lossless check is off)."""
-    available = bool(cfg.baseline_urls) or (cfg.backend == "vllm" and cfg.vllm_python is not None)
+    available = bool(cfg.baseline_urls) or registry.can_start(cfg.backend, cfg)
+    flag = registry.start_flag(cfg.backend)
     if cfg.baseline and not available:
         raise EyasError(
             "bad_flag",
             "--baseline needs the target served without a drafter: --baseline-url URL"
-            + (" or --vllm-python" if cfg.backend == "vllm" else ""),
+            + (f" or {flag}" if flag else ""),
         )
     if not cfg.lossless_check:
         return int(cfg.baseline), "off: --no-lossless-check"
@@ -224,7 +143,7 @@ def _baseline_runs(cfg: EvalConfig) -> tuple[int, str | None]:
         return 0, (
             "off: no baseline server. The check compares with the same engine serving the "
             "target without a drafter (--baseline-url"
-            + (", or --vllm-python to let eyas start one" if cfg.backend == "vllm" else "")
+            + (f", or {flag} to let eyas start one" if flag else "")
             + "); the target is never loaded in this process"
         )
     return 2, None
@@ -238,8 +157,7 @@ class _Run:
     """One served run over every round; per-dataset figures are summed over the rounds."""
 
     rounds: Rounds
-    metas: dict[str, dict] = field(default_factory=dict)
-    counts: dict[str, dict] = field(default_factory=dict)  # dataset -> vLLM counter delta
+    counts: dict[str, dict] = field(default_factory=dict)  # dataset -> the engine's counts
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     failed: list[dict] = field(default_factory=list)
@@ -261,59 +179,12 @@ def _policy(cfg: EvalConfig, in_flight: int) -> ClientPolicy:
     )
 
 
-async def _spec_counters(pool: ServerPool) -> dict[str, Any]:
-    """vLLM's spec-decode counters summed over the pool's servers; no_speculation when a
-    server exports none (it runs without a drafter)."""
-    total: dict[str, Any] = defaultdict(float)
-    per_pos: list[float] = []
-    for backend in pool.backends:
-        snap = await _read_counters(pool, backend)
-        if not snap["present"]:
-            raise EyasError(
-                "no_speculation",
-                f"the vLLM server at {backend.url} exports no spec-decode counters: it runs "
-                "without a drafter (start it with --speculative-config)",
-            )
-        for key, value in snap.items():
-            if key == "accepted_per_pos":
-                per_pos = [a + b for a, b in zip(value, per_pos)] + value[len(per_pos) :]
-            elif key != "present":
-                total[key] += value
-    return {**total, "accepted_per_pos": per_pos}
-
-
-async def _read_counters(pool: ServerPool, backend: Any) -> dict[str, Any]:
-    """One server's counters, retried under the pool's policy like a request: a server that
-    dies between two datasets stops the run as one that dies mid-request does
-    (`servers_failing`, the reason and the retries named), not with a bare error."""
-    policy = pool.policy
-    for attempt in range(1, policy.max_attempts + 1):
-        try:
-            return await backend.spec_metrics()
-        except BackendError as exc:
-            if not exc.retryable:
-                raise RefusedError(
-                    exc.reason, f"reading the spec-decode counters of {backend.url}: {exc.detail}"
-                ) from exc
-            last = exc
-            if attempt < policy.max_attempts:
-                pool.retries += 1
-                pool.retry_reasons[exc.reason] += 1
-                await asyncio.sleep(
-                    min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
-                )
-    raise RefusedError(
-        "servers_failing",
-        f"served evaluation stopped: reading the spec-decode counters of {backend.url} failed "
-        f"after {policy.max_attempts} attempts (last: {last.reason}); retried: "
-        f"{dict(pool.retry_reasons)}; {last.detail}",
-    )
-
-
-async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: bool) -> _Run:
+async def _served_run(
+    cfg: EvalConfig, urls: list[str], rounds: Rounds, acceptance: Acceptance | None
+) -> _Run:
     """Every round through one pool of the same servers (a later round is asked after this
-    run's own outputs of the one before); vLLM's counters are read before and after each
-    dataset of each round, and the deltas summed."""
+    run's own outputs of the one before); with `acceptance`, each dataset of each round is
+    counted (`mark` before, `count` after) and the counts summed per dataset."""
     run = _Run(rounds)
     # a later round holds at most one prompt per prompt of the round before: round 1 is the
     # widest batch of a dataset
@@ -324,19 +195,20 @@ async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: b
         urls,
         _policy(cfg, in_flight),
         operation="generate",
-        url_file=cfg.url_file if count else None,  # the drafter's servers, not the baseline's
+        # the drafter's servers (the run that counts), not the baseline's
+        url_file=cfg.url_file if acceptance is not None else None,
         url_file_s=cfg.url_file_s,
     ) as pool:
         run.servers = pool.info
-        counting = count and cfg.backend == "vllm"
         for batch in rounds:
             for name, rows in sorted(_by_dataset(batch).items()):
-                before = await _spec_counters(pool) if counting else {}
+                mark = await acceptance.mark(pool) if acceptance else None
                 start = time.perf_counter()
                 results = await asyncio.gather(
                     *(_one(pool, p, cfg) for p in rows), return_exceptions=True
                 )
                 run.seconds[name] += time.perf_counter() - start
+                answers: dict[str, Generation] = {}
                 for p, r in zip(rows, results):
                     if isinstance(r, RequestFailed):
                         run.failed.append(
@@ -345,7 +217,8 @@ async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: b
                     elif isinstance(r, BaseException):
                         raise r
                     else:
-                        rounds.outputs[p["id"]], run.metas[p["id"]] = r.output_ids, r.meta
+                        answers[p["id"]] = r
+                        rounds.outputs[p["id"]] = r.output_ids
                         run.tokens[name] += len(r.output_ids)
                 if pool.stopped_reason:
                     raise RefusedError(
@@ -353,9 +226,9 @@ async def _served_run(cfg: EvalConfig, urls: list[str], rounds: Rounds, count: b
                         f"served evaluation stopped: {pool.stopped_reason}; failed: "
                         f"{_reasons(run.failed)}, retried: {dict(pool.retry_reasons)}",
                     )
-                if counting:
-                    delta = counter_delta(before, await _spec_counters(pool))
-                    run.counts[name] = add_counts(run.counts.get(name, {}), delta)
+                if acceptance:
+                    counts = await acceptance.count(pool, mark, answers)
+                    run.counts[name] = acceptance.add(run.counts.get(name, {}), counts)
         run.client = pool.describe()
     return run
 
@@ -430,7 +303,7 @@ def lossless_report(
     }
 
 
-# -- the two engines -----------------------------------------------------------------------------
+# -- the result -----------------------------------------------------------------------------
 
 
 def _by_dataset(prompts: list[dict]) -> dict[str, list[dict]]:
@@ -441,7 +314,11 @@ def _by_dataset(prompts: list[dict]) -> dict[str, list[dict]]:
 
 
 def _serve(
-    cfg: EvalConfig, prompts: list[dict], follow_ups: FollowUps | None, log
+    cfg: EvalConfig,
+    prompts: list[dict],
+    follow_ups: FollowUps | None,
+    log,
+    acceptance: Acceptance,
 ) -> tuple[_Run, list[_Run]]:
     """The run with the drafter over every round, then the baseline runs the check and
     `--baseline` need, on the same prompts round by round. Each server stays up for all
@@ -450,12 +327,12 @@ def _serve(
     with tempfile.TemporaryDirectory(prefix="eyas-eval-") as tmp:
         scratch = Path(tmp)
         with _servers(cfg, scratch, True, log) as urls:
-            spec = asyncio.run(_served_run(cfg, urls, Rounds(prompts, follow_ups), count=True))
+            spec = asyncio.run(_served_run(cfg, urls, Rounds(prompts, follow_ups), acceptance))
         base = []
         if runs:
             with _servers(cfg, scratch, False, log) as urls:
                 base = [
-                    asyncio.run(_served_run(cfg, urls, spec.rounds.replay(), count=False))
+                    asyncio.run(_served_run(cfg, urls, spec.rounds.replay(), None))
                     for _ in range(runs)
                 ]
     return spec, base
@@ -498,80 +375,30 @@ def _common(cfg: EvalConfig, spec: _Run, base: list[_Run]) -> dict:
     }
 
 
-def evaluate_vllm(
+def evaluate_served(
     cfg: EvalConfig,
     prompts: list[dict],
     log: Callable[[str], None] = print,
     *,
     follow_ups: FollowUps | None = None,
 ) -> dict:
-    """`prompts`, then each round `follow_ups` builds from the served outputs (`Rounds`)."""
-    if cfg.topk > 1:
-        raise EyasError(
-            "bad_flag", "served vLLM evaluation runs chains (topk 1); trees: --backend local"
-        )
-    spec, base = _serve(cfg, prompts, follow_ups, log)
-    by_ds = _by_dataset(spec.rounds.prompts)
+    """`prompts`, then each round `follow_ups` builds from the served outputs (`Rounds`),
+    through the servers of `cfg.backend`, counted by its acceptance hook."""
+    acceptance: Acceptance = registry.acceptance(cfg.backend)
+    acceptance.check_config(cfg)
+    spec, base = _serve(cfg, prompts, follow_ups, log, acceptance)
     total: dict[str, Any] = {}
     for counts in spec.counts.values():
-        total = add_counts(total, counts)
+        total = acceptance.add(total, counts)
+    acceptance.check_run(total)
+    datasets = {}
+    for name, rows in sorted(_by_dataset(spec.rounds.prompts).items()):
+        counts = spec.counts.get(name, {})
+        figures = acceptance.figures(counts, cfg.k)
+        datasets[name] = {**figures, "prompts": counts.get("answered", len(rows))}
     return {
-        **counter_figures(total, cfg.k),
-        "datasets": {
-            name: {**counter_figures(spec.counts.get(name, {}), cfg.k), "prompts": len(rows)}
-            for name, rows in sorted(by_ds.items())
-        },
+        **acceptance.figures(total, cfg.k),
+        "datasets": datasets,
         **_common(cfg, spec, base),
-        "source": "vllm /metrics counters",
-    }
-
-
-def _sglang_figures(verify: list[int], completion: list[int]) -> dict:
-    steps, produced = sum(verify), sum(completion)
-    return {
-        "verify_steps": steps,
-        "acceptance_length": round((produced - len(completion)) / steps, 4) if steps else 0.0,
-        "mean_accepted_drafts": round((produced - len(completion)) / steps - 1, 4)
-        if steps
-        else 0.0,
-        "sglang_accept_length": round(produced / steps, 4) if steps else 0.0,
-        "per_position": [],
-        "histogram": None,
-    }
-
-
-def evaluate_sglang(
-    cfg: EvalConfig,
-    prompts: list[dict],
-    log: Callable[[str], None] = print,
-    *,
-    follow_ups: FollowUps | None = None,
-) -> dict:
-    """`prompts`, then each round `follow_ups` builds from the served outputs (`Rounds`)."""
-    spec, base = _serve(cfg, prompts, follow_ups, log)
-    if spec.metas and not any(VERIFY_COUNT_KEY in m for m in spec.metas.values()):
-        raise EyasError(
-            "no_speculation",
-            f"no SGLang response carries {VERIFY_COUNT_KEY}: is the server running with "
-            "--speculative-algorithm EAGLE3 and the drafter?",
-        )
-    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"verify": [], "completion": []})
-    for p in spec.rounds.prompts:
-        meta = spec.metas.get(p["id"])
-        if meta is None:
-            continue  # failed: listed under `requests`
-        # a response without the count had no verify step (SGLang writes it only when > 0)
-        per_ds[p["dataset"]]["verify"].append(int(meta.get(VERIFY_COUNT_KEY, 0)))
-        completion = meta.get("completion_tokens", len(spec.rounds.outputs[p["id"]]))
-        per_ds[p["dataset"]]["completion"].append(int(completion))
-    all_v = [v for d in per_ds.values() for v in d["verify"]]
-    all_c = [c for d in per_ds.values() for c in d["completion"]]
-    return {
-        **_sglang_figures(all_v, all_c),
-        "datasets": {
-            name: {**_sglang_figures(d["verify"], d["completion"]), "prompts": len(d["verify"])}
-            for name, d in sorted(per_ds.items())
-        },
-        **_common(cfg, spec, base),
-        "source": "sglang meta_info spec_verify_ct",
+        "source": acceptance.source,
     }

@@ -168,6 +168,8 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
             out,
             {
                 **record,
+                # the servers as they ended: those that joined during the run included
+                "backend": _static(cfg, renderer, pool)["backend"],
                 "complete": not engine.stop.is_set(),
                 "stopped_reason": engine.stopped_reason
                 or ("interrupted" if engine.stop.is_set() else None),

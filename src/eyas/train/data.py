@@ -140,8 +140,8 @@ class _Packer:
 
     def add(
         self,
-        ids: list[str],
-        datasets: list[str],
+        ids: list[str] | np.ndarray,
+        datasets: list[str] | np.ndarray,
         offsets: np.ndarray,
         load: Callable[[], tuple[np.ndarray, np.ndarray]],
         shard: int | None = None,
@@ -163,11 +163,22 @@ class _Packer:
             limit = np.repeat(np.where(keep, np.minimum(lengths, self.max_len), 0), lengths)
             take = pos < limit
         kept = np.flatnonzero(keep)
-        codes = [self.dataset_code.setdefault(datasets[k], len(self.dataset_code)) for k in kept]
+        if isinstance(ids, np.ndarray):  # fixed-width bytes already: no object per sample
+            kept_ids = ids[kept]
+            names, inverse = np.unique(datasets[kept], return_inverse=True)
+            code_of = [
+                self.dataset_code.setdefault(x.decode(), len(self.dataset_code)) for x in names
+            ]
+            codes = np.array(code_of, dtype=np.uint16)[inverse.reshape(-1)]
+        else:
+            kept_ids = np.array([ids[k].encode() for k in kept], dtype=bytes)
+            codes = [
+                self.dataset_code.setdefault(datasets[k], len(self.dataset_code)) for k in kept
+            ]
         self.chunks.append(
             _Chunk(
-                np.array([ids[k].encode() for k in kept], dtype=bytes),
-                np.array(codes, dtype=np.uint16),
+                kept_ids.reshape(len(kept)),
+                np.array(codes, dtype=np.uint16).reshape(len(kept)),
                 np.minimum(lengths, self.max_len)[keep].astype(np.int64),
                 offsets[:-1][kept].astype(np.int64),
                 take,
@@ -275,7 +286,9 @@ def load_captured_sequences(
             lambda ids, sup, p=shard.path: read_shard_tokens_into(p, ids, sup),
             shard.duplicate,
         )
-        shard.ids = shard.datasets = []  # packed now; the strings need not stay resident
+        shard.ids = shard.datasets = np.zeros(
+            0, "S1"
+        )  # packed now; the strings need not stay resident
     return packer.finish([s.path for s in shards]), report, manifest
 
 

@@ -165,8 +165,9 @@ class Trainer:
         elif self.source == "streamed":
             from eyas.capture.run import capture_layers
 
-            layers, _ = capture_layers(cfg.target, cfg.aux_layers, self.tmodel)
-            self.target = CapturedTarget(self.tmodel, {"aux_layers": layers[:-1]}, self.device)
+            layers, _ = capture_layers(cfg.target, cfg.aux_layers, cfg.method, cfg, self.tmodel)
+            streamed = {"aux_layers": layers[:-1], "method": cfg.method}
+            self.target = CapturedTarget(self.tmodel, streamed, self.device)
             self.stream_layers = layers
         else:
             depth = self.tmodel.num_layers
@@ -234,14 +235,27 @@ class Trainer:
                 truncate_metrics(self.cfg.out / "metrics.jsonl", self.step)
 
     def _check_fused_layers(self, tmodel: TargetModel) -> None:
-        """Captured states fix the fused layers: the method must accept them, and a different
-        --aux-layers is a mistake, not a silent substitution."""
-        aux = self.target.aux_layers
-        if self.cfg.aux_layers and list(self.cfg.aux_layers) != list(aux):
+        """Captured states fix the fused layers: the method must accept them, a different
+        --aux-layers is a mistake, not a silent substitution, and without --aux-layers they
+        must be the layers the method fuses online (a DFlash drafter trained on an EAGLE-3
+        capture would fuse EAGLE-3's layers, unlike the same drafter trained online)."""
+        aux = list(self.target.aux_layers)
+        if self.cfg.aux_layers and list(self.cfg.aux_layers) != aux:
             raise EyasError(
                 "bad_aux_layers",
                 f"the captured states are of layers {aux}, not --aux-layers {self.cfg.aux_layers}",
             )
+        if self.cfg.hidden_states is not None and not self.cfg.aux_layers:
+            fused = self.method.default_aux_layers(tmodel.num_layers, self.cfg)
+            if list(fused) != aux:
+                captured_for = getattr(self.target, "captured_for", "eagle3")
+                raise EyasError(
+                    "capture_layers_mismatch",
+                    f"{self.cfg.hidden_states} holds layers {aux} (captured for {captured_for}); "
+                    f"--method {self.cfg.method} fuses {fused}: capture again with --method "
+                    f"{self.cfg.method} (or --aux-layers {','.join(map(str, fused))}), or train "
+                    f"on these layers with --aux-layers {','.join(map(str, aux))}",
+                )
         self.method.check_aux_layers(aux, tmodel.num_layers)
 
     def _start_stream(self) -> None:

@@ -89,6 +89,8 @@ class CapturedTarget:
         self.hidden_size = target.hidden_size
         self.eps = target.rms_norm_eps
         self.aux_layers = list(manifest["aux_layers"])
+        # the drafter method the capture was made for (captures before `--method`: EAGLE-3)
+        self.captured_for = manifest.get("method", "eagle3")
         found, self.loaded_tensors = target.load_tensors("embed", "norm", "head")
         missing = [k for k in ("embed", "norm", "head") if k not in found]
         if missing:

@@ -1,4 +1,5 @@
-"""Hidden-state capture through vLLM: the server flags, and reading the files it writes.
+"""Hidden-state capture through vLLM: the capture flags (`server_args("capture", ...)` in
+`eyas.backends.vllm.server` adds them to the common ones), and reading the files it writes.
 
 The server runs the `extract_hidden_states` speculative method with eyas's KV connector
 (`eyas/capture/vllm_plugin/eyas_hidden_states.py`, a standalone file the server imports from
@@ -32,7 +33,7 @@ CONNECTOR = {
 TORN_REREAD_S = (0.1, 0.3, 1.0)
 
 
-def vllm_capture_args(layers: list[int], storage_dir: Path, max_model_len: int) -> list[str]:
+def capture_args(layers: list[int], storage_dir: Path) -> list[str]:
     """Server flags for hidden-state extraction: `layers` are the aux ids then the last."""
     spec = {
         "method": "extract_hidden_states",
@@ -51,8 +52,6 @@ def vllm_capture_args(layers: list[int], storage_dir: Path, max_model_len: int) 
         orjson.dumps(kv).decode(),
         # every token's state must come from this request's own prefill
         "--no-enable-prefix-caching",
-        "--max-model-len",
-        str(max_model_len),
     ]
 
 

@@ -4,7 +4,8 @@ speculative-decoding counters and the server's progress, from one backend object
 Generation: `/v1/completions` with a token-id `prompt` and `return_token_ids: true` (the
 returned `prompt_token_ids` must equal what was sent), or `/inference/v1/generate` (needs the
 server flag `--enable-scale-out`, else HTTP 403). Capture: the full sequence as the prompt and
-one new token, on a server started with `vllm_capture_args` (`eyas.backends.vllm.capture`).
+one new token, on a server started with `server_args("capture", ...)`
+(`eyas.backends.vllm.server`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from eyas.backends.base import (
 )
 from eyas.backends.reasons import TRANSPORT_ERRORS
 from eyas.backends.vllm.capture import read_capture_file
-from eyas.backends.vllm.conventions import METRICS_PATH, parse_progress, parse_spec_metrics
+from eyas.backends.vllm.conventions import (
+    METRICS_PATH,
+    READY_PATHS,
+    parse_progress,
+    parse_spec_metrics,
+)
 
 
 def _sampling(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
@@ -184,7 +190,7 @@ class VLLMBackend:
         return Progress(alive=True, work=work, busy=busy)
 
     async def ready(self, timeout_s: float) -> dict[str, Any]:
-        await wait_http_ready(self.session, self.url, ("/health", "/v1/models"), timeout_s)
+        await wait_http_ready(self.session, self.url, READY_PATHS, timeout_s)
         info: dict[str, Any] = {"url": self.url}
         try:
             async with self.session.get(self.url + "/v1/models", headers=self.headers) as r:

@@ -97,6 +97,9 @@ _METRIC = re.compile(r"^(vllm:spec_decode_\w+?)(?:_total)?(\{[^}]*\})?\s+([0-9.e
 
 
 METRICS_PATH = "/metrics"
+# `vllm/entrypoints/openai/api_server.py` serves `/health` (200 once the engine client is up)
+# and `/v1/models`: a server answering either takes requests
+READY_PATHS = ("/health", "/v1/models")
 WORK_COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
 BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")

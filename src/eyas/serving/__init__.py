@@ -1,1 +1,0 @@
-"""Serving engines eyas starts itself (single node: tests, CI, a workstation)."""
