@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
+from test_training import _train_cli, losses
 
 from eyas.errors import EyasError
 from eyas.testing.server import fake_server
@@ -143,3 +145,24 @@ def test_a_producer_failure_on_one_rank_stops_both_ranks_within_seconds(
     assert log.count("capture_failed") >= 2, log[-3000:]
     assert "bad_request" in log and "the streamed capture of rank" in log, log[-3000:]
     assert not (out / "drafter").exists()
+
+
+def test_two_ranks_streaming_their_own_shares_match_one_process(tmp_path, toy_tiny, toy_samples):
+    """Each rank captures only the share it trains, into its own spool: the curve is the
+    one-process curve (the 1-vs-2-rank tolerance: fp32 gradient sums in another order)."""
+    common = (
+        f'target = "{toy_tiny}"\ndata = "{toy_samples}"\nsteps = 4\nttt = 2\ndraft_vocab = 400\n'
+        f"max_len = 1024\nbatch_tokens = 3000\nlr = 3e-3\nwarmup_steps = 1\ncapture_ahead = 2\n"
+    )
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text(common + f'out = "{tmp_path / "one"}"\n')
+    two.write_text(common + f'out = "{tmp_path / "two"}"\nspool_dir = "{tmp_path / "local"}"\n')
+    _train_cli(one, 1)
+    _train_cli(two, 2, port=29543)
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), (step, a, b)
+    # each rank had a spool of its own, emptied at the end
+    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["rank-0", "rank-1"]
+    assert not list((tmp_path / "local").rglob("batch-*"))
