@@ -137,7 +137,7 @@ class CaptureStream:
                         self._committed(position)
                     position += 1
                     await asyncio.sleep(0)  # let the new batch's requests go out
-                if tasks and self._error is None:
+                if tasks and self._error is None and not self._stop:  # the run trains them
                     await asyncio.wait(tasks)
             finally:
                 for task in tasks:
