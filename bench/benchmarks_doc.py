@@ -986,6 +986,41 @@ def r_mla(d: dict) -> Section:
     return s
 
 
+def r_stream(d: dict) -> Section:
+    s = Section(
+        "Streamed capture against states on disk",
+        "`eyas train --capture-ahead` fed by a capture-engine stand-in (random states of the "
+        "captured shape after tokens / rate seconds) against `eyas train --hidden-states` on the "
+        "same samples and batches; supervised tokens/s over the timed steps (toy target).",
+    )
+    rows = [
+        [
+            r["ahead"],
+            r["stand_in_tokens_per_s"],
+            r["on_disk_tokens_per_s"],
+            r["streamed_tokens_per_s"],
+            f"{num(r['ratio'])}×",
+            r["trainer_wait_s"],
+            r["peak_spool_shards"],
+        ]
+        for r in d["rows"]
+    ]
+    s.lines += table(
+        [
+            "--capture-ahead",
+            "stand-in tokens/s (all)",
+            "on disk tokens/s",
+            "streamed tokens/s",
+            "streamed / on disk",
+            "trainer wait s",
+            "peak spool shards",
+        ],
+        rows,
+    )
+    s.lines += [f"Goal: {d.get('done_when')}; met: {d.get('met')}.", ""]
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -1003,6 +1038,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "real": r_real,
     "train": r_train,
     "train_memory": r_train_memory,
+    "stream": r_stream,
 }
 
 

@@ -445,6 +445,8 @@ def capture(cfg: CaptureConfig) -> None:
     "capture_backend",
     Flag("capture_urls", "--capture-url"),
     "capture_concurrency",
+    "spool_dir",
+    "spool_mb",
     "out",
     "method",
     "draft_layers",

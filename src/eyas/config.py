@@ -390,6 +390,17 @@ class TrainConfig(_Strict):
     capture_concurrency: int = Field(
         8, ge=1, description="with --capture-ahead: most capture requests in flight per server"
     )
+    spool_dir: Path | None = Field(
+        None,
+        description="with --capture-ahead: where each rank's spool goes (a rank-R folder per "
+        "rank, read only by that rank: local disk will do); default OUT/spool",
+    )
+    spool_mb: int | None = Field(
+        None,
+        ge=1,
+        description="with --capture-ahead: most MB of states waiting in a rank's spool (the "
+        "producer waits when full; the next batch to train is always captured)",
+    )
     out: Path = Field(description="output directory")
     steps: int = Field(1000, ge=1, description="optimizer steps")
     ttt: int = Field(7, ge=1, description="training-time-test steps")

@@ -278,20 +278,40 @@ class Trainer:
                 cfg.capture_backend, settings, cfg.capture_urls, policy, operation="capture"
             )
 
-        def global_batch(position: int) -> list[Sequence]:
-            return [self.seqs[i] for i in self._global_batch(position)]
-
+        # every rank captures the share it trains, into a spool only it reads (local disk)
+        spool = cfg.spool_dir or cfg.out / "spool"
+        spool = spool if self.world == 1 else spool / f"rank-{self.rank}"
         self.stream = CaptureStream(
-            cfg.out / "spool",
-            global_batch,
+            spool,
+            lambda position: self._share(position)[0],
             pool,
             cfg.capture_ahead,
             cfg.steps * cfg.grad_accum,
             torch.bfloat16 if self.device.startswith("cuda") else torch.float32,
             self.log,
+            cfg.spool_mb * 2**20 if cfg.spool_mb else None,
         )
-        if self.rank == 0:
-            self.stream.start(self.batches_done)
+        self.stream.start(self.batches_done)
+
+    def _stream_ready(self, positions: list[int]) -> None:
+        """Every rank's shards for this step are there, or every rank stops: each rank waits
+        for its own producer, then the ranks all-reduce one failure flag per rank, so a
+        producer's failure ends the run on all ranks at this step with its reason."""
+        error = self.stream.wait(positions)
+        failed = [0] if error is not None else []
+        if self.world > 1:
+            flags = torch.zeros(self.world, dtype=torch.int32)
+            flags[self.rank] = int(error is not None)
+            dist.all_reduce(flags)
+            failed = flags.nonzero().flatten().tolist()
+        if error is not None:
+            raise error
+        if failed:
+            raise EyasError(
+                "capture_failed",
+                f"the streamed capture of rank {failed[0]} failed (its log says why); "
+                "every rank stops, the run resumes from its last checkpoint",
+            )
 
     @property
     def sharded(self) -> bool:
@@ -410,6 +430,14 @@ class Trainer:
         return self.plan.batch(position).tolist()
 
     def _batch_at(self, position: int) -> tuple[list[Sequence], float]:
+        """This rank's share of batch `position` (`_share`), with its streamed states."""
+        mine, weight = self._share(position)
+        if self.stream is not None:  # this batch's states, from the spool
+            rows = self.stream.rows(position)
+            mine = [replace(s, source=rows[s.id]) for s in mine]
+        return mine, weight
+
+    def _share(self, position: int) -> tuple[list[Sequence], float]:
         """This rank's token-balanced share of global batch `position`, and its loss weight. A
         rank left without sequences runs a short prefix at weight 0 so DDP's collective
         backward matches."""
@@ -419,9 +447,6 @@ class Trainer:
             s = self.seqs[self.plan.filler(position)]
             n = min(len(s.ids), FILLER_TOKENS)
             mine, weight = [replace(s, ids=s.ids[:n], supervised=[0] * n)], 0.0
-        if self.stream is not None:  # this batch's states, from the spool
-            rows = self.stream.rows(position)
-            mine = [replace(s, source=rows[s.id]) for s in mine]
         return mine, weight
 
     def _epoch_len(self) -> int:
@@ -434,6 +459,8 @@ class Trainer:
 
     def _train_step(self) -> dict:
         cfg = self.cfg
+        if self.stream is not None:
+            self._stream_ready([self.batches_done + m for m in range(cfg.grad_accum)])
         micro = [self._batch_at(self.batches_done + m) for m in range(cfg.grad_accum)]
         prefetch = getattr(self.target, "prefetch", None)
         if prefetch is not None and self.stream is None:  # read ahead: this step, the next
@@ -490,12 +517,9 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.stream is not None:
-            if self.world > 1:
-                dist.barrier()  # every rank has read these batches' states
-            if self.rank == 0:
-                for m in range(cfg.grad_accum):
-                    self.stream.done(self.batches_done + m)
+        if self.stream is not None:  # each rank's own spool: no rank waits for another
+            for m in range(cfg.grad_accum):
+                self.stream.done(self.batches_done + m)
         self.batches_done += cfg.grad_accum
         self.step += 1
         return {

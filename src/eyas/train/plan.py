@@ -12,6 +12,8 @@ still matches without recomputing a whole sequence.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 FILLER_TOKENS = 16  # the prefix an idle rank runs at weight 0
@@ -22,9 +24,10 @@ class BatchPlan:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.batch_tokens = batch_tokens
         self.seed = seed
-        self._epoch = -1
-        self._order = np.zeros(0, dtype=np.int64)  # sequence indices, batch after batch
-        self._starts = np.zeros(1, dtype=np.int64)  # batch b is _order[_starts[b]:_starts[b+1]]
+        # epoch -> (sequence indices batch after batch, batch b's start in them); neighbouring
+        # epochs kept, since a streamed capture's producer thread plans ahead of the trainer
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
         self.epoch_len = len(self._make(0)[1]) - 1  # batch count is the same every epoch
 
     def _make(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -48,10 +51,13 @@ class BatchPlan:
     def batch(self, position: int) -> np.ndarray:
         """The global batch at `position` (sequence indices)."""
         epoch, b = divmod(position, self.epoch_len)
-        if epoch != self._epoch:  # once per epoch, not per micro-batch
-            self._order, self._starts = self._make(epoch)
-            self._epoch = epoch
-        return self._order[self._starts[b] : self._starts[b + 1]]
+        with self._lock:
+            if epoch not in self._epochs:  # once per epoch, not per micro-batch
+                self._epochs[epoch] = self._make(epoch)
+                for old in [e for e in self._epochs if abs(e - epoch) > 1]:
+                    del self._epochs[old]
+            order, starts = self._epochs[epoch]
+        return order[starts[b] : starts[b + 1]]
 
     def share(self, position: int, rank: int, world: int) -> np.ndarray:
         """This rank's sequences of global batch `position`, balanced by tokens."""
