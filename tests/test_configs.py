@@ -139,3 +139,26 @@ def test_quickstart_toml_loads_back_into_the_config_it_ran(tmp_path, monkeypatch
         d.path = tmp_path / d.path
     assert loaded == expected
     assert loaded.datasets[0].sampling.top_p == 0.5 and loaded.backend.timeout_s == 7.5
+
+
+def test_a_methods_options_live_in_its_package_and_each_is_a_train_flag():
+    """A drafter method's own options are declared in its package (`options` module), not in
+    `config.py`; `TrainConfig` has each as a field and `eyas train` a flag per field, so a new
+    option touches the method's package only."""
+    import typer
+
+    from eyas.cli import app
+    from eyas.config import METHOD_OPTIONS, TrainConfig, method_option_keys
+
+    assert {m.__module__ for m in METHOD_OPTIONS} == {
+        "eyas.drafter.eagle3.options",
+        "eyas.drafter.dflash.options",
+    }
+    declared_here = set(TrainConfig.__annotations__)
+    keys = method_option_keys()
+    assert keys and not declared_here & set(keys)
+    assert set(keys) <= set(TrainConfig.model_fields)
+    command = typer.main.get_command(app).commands["train"]
+    flags = {opt for p in command.params for opt in p.opts}
+    for key in keys:
+        assert "--" + key.replace("_", "-") in flags, key

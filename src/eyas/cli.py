@@ -56,6 +56,7 @@ from eyas.config import (
     ToyBuildConfig,
     ToyDatasetsConfig,
     TrainConfig,
+    method_option_keys,
 )
 from eyas.errors import EyasError
 
@@ -450,8 +451,6 @@ def capture(cfg: CaptureConfig) -> None:
     "out",
     "method",
     "draft_layers",
-    "block_size",
-    "attention",
     "head_dim",
     "steps",
     "ttt",
@@ -474,6 +473,7 @@ def capture(cfg: CaptureConfig) -> None:
     "keep_last",
     "log_to",
     "trust_remote_code",
+    *method_option_keys(),  # every method's own options, from its package
 )
 def train(cfg: TrainConfig) -> None:
     """Train a drafter (EAGLE-3, EAGLE-3.1 or DFlash; target online, or from captured

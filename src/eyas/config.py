@@ -21,6 +21,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import core_schema
 
+from eyas.drafter.dflash.options import DFlashOptions
+from eyas.drafter.eagle3.options import Eagle3Options
 from eyas.errors import EyasError
 
 
@@ -361,9 +363,18 @@ def _drafter_method(value: str) -> str:
     return value
 
 
-class TrainConfig(_Strict):
+# Each drafter method's own options (its package's `options` module): `TrainConfig` has their
+# fields and `eyas train` a flag per field. A new method adds its model here.
+METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions)
+
+
+def method_option_keys() -> tuple[str, ...]:
+    return tuple(k for model in METHOD_OPTIONS for k in model.model_fields)
+
+
+class TrainConfig(_Strict, *METHOD_OPTIONS):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
-    7 TTT steps with weights 0.8^k)."""
+    7 TTT steps with weights 0.8^k); each method's own options come from its package."""
 
     path_keys: ClassVar = ("target", "data", "hidden_states", "out", "quarantine")
     input_keys: ClassVar = ("target", "data", "hidden_states", "quarantine")
@@ -469,30 +480,10 @@ class TrainConfig(_Strict):
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
     )
-    attention: Literal["mha", "mla"] | None = Field(
-        None,
-        description="eagle3/eagle3.1 drafter attention: mha (Llama layer) or mla (DeepSeek-V3 "
-        "latent attention, dims from the target; default for MLA targets such as Kimi-K2.5)",
-    )
     head_dim: int | None = Field(
         None,
         ge=8,
         description="drafter head dim (default: hidden/heads if 32, 64, 128 or 256, else 128)",
-    )
-    block_size: int = Field(
-        8, ge=2, description="dflash: tokens per block (the anchor, then block_size - 1 drafts)"
-    )
-    max_anchors: int = Field(512, ge=1, description="dflash: blocks drawn per sequence")
-    dflash_weighting: Literal["decay", "dpace"] = Field(
-        "decay", description="dflash: slot weights exp(-(i-1)/gamma), or D-PACE"
-    )
-    dflash_gamma: float = Field(4.0, gt=0, description="dflash: decay of the slot weights")
-    dpace_alpha: float = Field(0.5, ge=0, le=1, description="dflash: D-PACE smoothing")
-    mask_token_id: int | None = Field(
-        None,
-        ge=0,
-        description="dflash: the mask token (default: the target's pad token, else the "
-        "highest id no training sequence uses; never one whose embedding row is zero)",
     )
     chunk_len: int = Field(
         1024, ge=16, description="sequence chunk for attention and loss (memory is linear in T)"
