@@ -376,7 +376,7 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
     7 TTT steps with weights 0.8^k); each method's own options come from its package."""
 
-    path_keys: ClassVar = ("target", "data", "hidden_states", "out", "quarantine")
+    path_keys: ClassVar = ("target", "data", "hidden_states", "out", "quarantine", "spool_dir")
     input_keys: ClassVar = ("target", "data", "hidden_states", "quarantine")
 
     target: Path = Field(description="target model directory")
