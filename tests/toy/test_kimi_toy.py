@@ -330,11 +330,14 @@ def test_online_training_runs_the_wrapper_target_in_process(run, kimi_toy, tmp_p
 
 @pytest.fixture(scope="module")
 def drafter(captured, kimi_toy):
-    """Trained from the captures: only three tensors of the target are read."""
+    """Trained from the captures: only three tensors of the target are read. The Llama-layer
+    drafter (`--attention mha`; MLA, the default on this target, has its own tests in
+    tests/drafter/test_mla.py), whose vLLM export is the speculators layout."""
     out = captured.parent / "drafter"
     result = cli(
         "train", "--target", kimi_toy, "--hidden-states", captured, "--out", out,
         "--steps", 30, "--ttt", 3, "--draft-vocab", 400, "--batch-tokens", 3000, "--lr", 3e-3,
+        "--attention", "mha",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return out
