@@ -1,11 +1,8 @@
 """The drafter, owned by one `DraftMethod` per method (EAGLE-3/3.1, DFlash): config, layers,
 training forward and loss, incremental decoding, export layouts and their loaders."""
 
-import importlib
-from typing import Any
+from eyas.lazy import lazy_exports
 
-# Imported on first use (PEP 562): the options modules of each method are read by
-# `eyas.config` without loading torch and the models.
 _EXPORTS = {
     "DraftMethod": "eyas.drafter.method",
     "Proposer": "eyas.drafter.method",
@@ -19,9 +16,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
