@@ -130,17 +130,18 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
     # the shared node serves two requests at a time, 0.5 s each: A and D need several seconds
     # for the run, so C (its own node, one request at a time) commits before the run is done
     shared = ("--tokenizer", str(toy_tiny), "--capacity", "2", "--service-s", "0.5")
-    fast = ("--tokenizer", str(toy_tiny))
+    # B's and C's nodes: one request at a time, 0.2 s each, so neither can finish its slice in
+    # the moments between its first commit and the freeze, however fast this machine is
     slow = ("--tokenizer", str(toy_tiny), "--capacity", "1", "--service-s", "0.2")
     with (
         fake_server("eyas.testing.fake_sglang", *shared) as sglang,
-        fake_server("eyas.testing.fake_sglang", *fast) as doomed,
+        fake_server("eyas.testing.fake_sglang", *slow) as doomed,
         fake_server("eyas.testing.fake_sglang", *slow) as slow_node,
     ):
         cmd = [*generate, "--url", sglang.url]
         a = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
         # B's node: once B has committed, its server freezes, so B cannot finish before it is
-        # killed however slow this machine is
+        # killed (a fast node let B finish its whole slice before the freeze on CI's machine)
         b = subprocess.Popen([*generate, "--url", doomed.url, "--shard", "1/2"], **quiet)
         # C's node is slow and freezes once C has committed: C is still working when its
         # SIGTERM comes, however fast this machine is (on an idle machine the other jobs could
@@ -212,15 +213,20 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         "1",
     ]
     fake_vllm = ("--capture-dir", str(tmp_path / "incoming"), "--layers", "4", "--hidden", "96")
-    with fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.1") as vllm:
+    with (
+        fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.1") as vllm,
+        fake_server("eyas.testing.fake_vllm", *fake_vllm, "--service-s", "0.1") as e_node,
+    ):
         cmd = [*capture, "--url", vllm.url]
         plan = cli([*cmd[len(EYAS) :], "--dry-run"])  # the storage to provision
         assert plan.exit_code == 0, plan.output
         assert f"capture: {len(keep)} samples to go" in plan.output and "GB needed" in plan.output
         assert not (cap / "jobs").exists()
-        e = subprocess.Popen([*cmd, "--shard", "0/2"], **quiet)
+        # E's node freezes once E has committed: E is still working when its SIGTERM comes
+        e = subprocess.Popen([*capture, "--url", e_node.url, "--shard", "0/2"], **quiet)
         f = subprocess.Popen(cmd, **quiet)
         wait_for_commit(cap, job_of(cap, e), e)
+        e_node.freeze()
         e.send_signal(signal.SIGTERM)
         _, err = e.communicate(timeout=60)
         assert e.returncode == 143, err
@@ -228,7 +234,7 @@ def test_four_generate_jobs_and_two_capture_jobs_share_one_run(tmp_path, toy_tin
         assert f.returncode == 0, err
         rerun = subprocess.run([*cmd, "--shard", "0/2"], **quiet, timeout=120)
         assert rerun.returncode == 0, rerun.stderr
-        assert_no_process_left(run, {vllm.proc.pid})
+        assert_no_process_left(run, {vllm.proc.pid, e_node.proc.pid})
     rows, _ = read_capture_index(cap)
     assert sorted(r.id for r in rows) == sorted(keep)  # each trainable sample, once
     counts, _ = capture_counts(cap)
