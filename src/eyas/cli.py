@@ -625,11 +625,11 @@ def eval_cmd(cfg: EvalConfig) -> None:
     from eyas.evaluate.run import run_eval
 
     result = run_eval(cfg, log=console.print)
-    settings = result["settings"]
+    settings = result.settings
     shape = (
         f"chain K={cfg.k}"
-        if settings["decoding"] == "chain"
-        else f"tree depth {cfg.k}, topk {cfg.topk}, {settings['num_draft_tokens']} draft tokens"
+        if settings.decoding == "chain"
+        else f"tree depth {cfg.k}, topk {cfg.topk}, {settings.num_draft_tokens} draft tokens"
     )
     table = Table(
         "dataset",
@@ -639,43 +639,43 @@ def eval_cmd(cfg: EvalConfig) -> None:
         "per_position",
         title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}",
     )
-    for name, d in result["datasets"].items():
+    for name, d in result.datasets.items():
         table.add_row(
             name,
-            str(d["prompts"]),
-            f"{d['acceptance_length']:.3f}",
-            f"{d['mean_accepted_drafts']:.3f}",
-            " ".join(f"{p:.2f}" for p in d["per_position"]),
+            str(d.prompts),
+            f"{d.acceptance_length:.3f}",
+            f"{d.mean_accepted_drafts:.3f}",
+            " ".join(f"{p:.2f}" for p in d.per_position),
         )
     table.add_row(
         "all",
-        str(settings["prompts"]),
-        f"{result['acceptance_length']:.3f}",
-        f"{result['mean_accepted_drafts']:.3f}",
-        " ".join(f"{p:.2f}" for p in result["per_position"]),
+        str(settings.prompts),
+        f"{result.acceptance_length:.3f}",
+        f"{result.mean_accepted_drafts:.3f}",
+        " ".join(f"{p:.2f}" for p in result.per_position),
     )
     console.print(table)
     console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
-    if result.get("throughput"):
-        console.print(f"throughput: {result['throughput']}")
-    if result.get("model_card"):
+    if result.throughput:
+        console.print(f"throughput: {result.throughput}")
+    if result.model_card:
         from eyas.evaluate.report import card_rows
 
-        header, rows = card_rows(result["model_card"])
+        header, rows = card_rows(result.model_card)
         card = Table(*header, title="model card: acceptance length per benchmark")
         for row in rows:
             card.add_row(*row)
         console.print(card)
-        console.print(f"AL = {result['model_card']['metric']}")
+        console.print(f"AL = {result.model_card.metric}")
     if cfg.json_out:
         cfg.json_out.parent.mkdir(parents=True, exist_ok=True)
-        cfg.json_out.write_text(json.dumps(result, indent=2) + "\n")
+        cfg.json_out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     if cfg.html_out:
         from eyas.evaluate.report import write_eval_html
 
         console.print(f"report: {write_eval_html(result, cfg.html_out)}")
-    if result["lossless"] is False:
-        console.print(f"[red]NOT LOSSLESS[/]: {result['lossless_mismatches'][:5]}")
+    if result.lossless is False:
+        console.print(f"[red]NOT LOSSLESS[/]: {result.lossless_mismatches[:5]}")
         raise typer.Exit(1)
 
 

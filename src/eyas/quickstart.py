@@ -24,6 +24,7 @@ from __future__ import annotations
 import html
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
@@ -41,6 +42,7 @@ from eyas.config import (
     RunConfig,
     config_toml,
 )
+from eyas.evaluate.result import EvalResult, EvalRun, Figures
 from eyas.generate.prepare import prepare
 from eyas.generate.run import run_generate
 from eyas.records import Conversation
@@ -97,42 +99,42 @@ def naive_b1(native_prepare: Path, renderer: Renderer, out: Path) -> Path:
     return out
 
 
-def _eval_html(evals: dict[str, dict], ab: dict[str, dict]) -> str:
+def _eval_html(evals: Mapping[str, EvalRun], ab: Mapping[str, Figures]) -> str:
     """The quickstart's half of the report: acceptance per dataset and per position, and the
     A/B, each as a chart (inline SVG) beside its table."""
     from eyas.evaluate.plots import acceptance_bars, charts_row, position_bars
     from eyas.evaluate.report import acceptance_charts
 
     rows = []
-    names = sorted({n for e in evals.values() for n in e["datasets"]})
+    names = sorted({n for e in evals.values() for n in e.datasets})
     for name in names:
-        d = evals["native"]["datasets"].get(name, {})
+        d = evals["native"].datasets.get(name)
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{d.get('acceptance_length', 0):.3f}</td>"
-            f"<td>{d.get('mean_accepted_drafts', 0):.3f}</td>"
-            f"<td>{' '.join(f'{p:.2f}' for p in d.get('per_position', []))}</td></tr>"
+            f"<tr><td>{html.escape(name)}</td><td>{d.acceptance_length if d else 0:.3f}</td>"
+            f"<td>{d.mean_accepted_drafts if d else 0:.3f}</td>"
+            f"<td>{' '.join(f'{p:.2f}' for p in (d.per_position if d else []))}</td></tr>"
         )
-    k = evals["native"]["settings"]["k"]
+    k = evals["native"].settings.k
     ab_rows = "".join(
-        f"<tr><td>{html.escape(n)}</td><td>{r['acceptance_length']:.3f}</td>"
-        f"<td>{' '.join(f'{p:.2f}' for p in r['per_position'])}</td></tr>"
+        f"<tr><td>{html.escape(n)}</td><td>{r.acceptance_length:.3f}</td>"
+        f"<td>{' '.join(f'{p:.2f}' for p in r.per_position)}</td></tr>"
         for n, r in ab.items()
     )
     trained_on = {"b1_native": "trained on native data", "b1_naive": "trained on naive data"}
     ab_charts = charts_row(
         acceptance_bars(
-            {trained_on.get(n, n): r["acceptance_length"] for n, r in ab.items()},
+            {trained_on.get(n, n): r.acceptance_length for n, r in ab.items()},
             k,
             "B1 acceptance length on native prompts",
         ),
         position_bars(
-            {trained_on.get(n, n): r["per_position"] for n, r in ab.items()},
+            {trained_on.get(n, n): r.per_position for n, r in ab.items()},
             "B1 acceptance per draft position",
         ),
     )
     return (
         f"<h2>Acceptance length (chain K={k}, temperature 0, lossless="
-        f"{evals['native']['lossless']})</h2><p>tokens per target verify step, bonus included "
+        f"{evals['native'].lossless})</h2><p>tokens per target verify step, bonus included "
         f"(SGLang's definition)</p>{acceptance_charts(evals['native'])}"
         "<table><tr><th>dataset</th><th>acceptance_length</th>"
         f"<th>mean_accepted_drafts</th><th>per position</th></tr>{''.join(rows)}</table>"
@@ -240,7 +242,7 @@ def run_quickstart(
     say(f"    exported and validated: {out / 'export'}")
     say("7/8 eval: acceptance length per dataset on held-out natively rendered prompts")
 
-    def evaluate(drafter_dir: Path, prompts: Path, limit: int | None) -> dict:
+    def evaluate(drafter_dir: Path, prompts: Path, limit: int | None) -> EvalResult:
         ecfg = EvalConfig(
             target=model_dir,
             drafter=drafter_dir,
@@ -263,7 +265,12 @@ def run_quickstart(
         data = _b1_only(stage, out / "drafters" / f"{name}.samples.jsonl", skip)
         ab[name] = evaluate(train(data, name, ab_steps), b1_eval, None)
     report = write_html(native, out / "report.html", _eval_html(evals, ab), title=REPORT_TITLE)
-    (out / "eval.json").write_text(json.dumps({"native": evals["native"], "ab": ab}, indent=2))
+    (out / "eval.json").write_text(
+        json.dumps(
+            {"native": evals["native"].to_dict(), "ab": {n: r.to_dict() for n, r in ab.items()}},
+            indent=2,
+        )
+    )
 
     table = Table(
         "dataset",
@@ -277,22 +284,22 @@ def run_quickstart(
     datasets = native.to_dict()["datasets"]
     for name, d in datasets.items():
         fs = [f for f in native.findings if f.dataset == name]
-        e = evals["native"]["datasets"].get(name, {})
+        e = evals["native"].datasets.get(name)
         table.add_row(
             name,
             str(d["samples"]),
             f"{d['quarantined_share']:.1%}",
             str(sum(f.severity == "error" and f.systemic for f in fs)),
-            f"{e.get('acceptance_length', 0):.3f}",
-            " ".join(f"{p:.2f}" for p in e.get("per_position", [])),
+            f"{e.acceptance_length if e else 0:.3f}",
+            " ".join(f"{p:.2f}" for p in (e.per_position if e else [])),
         )
     table.add_row(
         "all",
         str(len(native.table)),
         str(len(native.quarantine)),
         str(native.num_errors),
-        f"{evals['native']['acceptance_length']:.3f}",
-        " ".join(f"{p:.2f}" for p in evals["native"]["per_position"]),
+        f"{evals['native'].acceptance_length:.3f}",
+        " ".join(f"{p:.2f}" for p in evals["native"].per_position),
     )
     console.print(table)
     naive_checks = sorted({f.check for f in naive.findings if f.severity == "error" and f.systemic})
@@ -301,14 +308,14 @@ def run_quickstart(
         f"{len(native.quarantine)} samples quarantined); naive B1 run {naive.verdict} on "
         f"{naive_checks}"
     )
-    margin = ab["b1_native"]["acceptance_length"] - ab["b1_naive"]["acceptance_length"]
+    margin = ab["b1_native"].acceptance_length - ab["b1_naive"].acceptance_length
     console.print(
         f"B1 A/B on native prompts: drafter trained on native data AL "
-        f"{ab['b1_native']['acceptance_length']:.3f} vs naive data AL "
-        f"{ab['b1_naive']['acceptance_length']:.3f} (tokens per verify step, K={k})"
+        f"{ab['b1_native'].acceptance_length:.3f} vs naive data AL "
+        f"{ab['b1_naive'].acceptance_length:.3f} (tokens per verify step, K={k})"
     )
     console.print(
-        f"lossless: {evals['native']['lossless']}   report: {report}   naive audit: {naive_report}"
+        f"lossless: {evals['native'].lossless}   report: {report}   naive audit: {naive_report}"
     )
     failures = quickstart_failures(native, naive, margin, evals, ab)
     say("done" if not failures else f"done, {len(failures)} check(s) failed")
@@ -319,9 +326,9 @@ def run_quickstart(
         "naive_verdict": naive.verdict,
         "naive_systemic_checks": naive_checks,
         "report": str(report),
-        "acceptance_length": evals["native"]["acceptance_length"],
-        "lossless": evals["native"]["lossless"],
-        "ab": {n: r["acceptance_length"] for n, r in ab.items()},
+        "acceptance_length": evals["native"].acceptance_length,
+        "lossless": evals["native"].lossless,
+        "ab": {n: r.acceptance_length for n, r in ab.items()},
         "model_dir": str(model_dir),
         "summary": summary,
     }
@@ -331,7 +338,9 @@ REPORT_TITLE = "eyas quickstart: audit, acceptance and the native-vs-naive A/B"
 AB_MARGIN = 0.5  # tokens per verify step; the quickstart prints the margin it measured
 
 
-def quickstart_failures(native, naive, margin: float, evals: dict, ab: dict) -> list[str]:
+def quickstart_failures(
+    native, naive, margin: float, evals: Mapping[str, EvalRun], ab: Mapping[str, EvalRun]
+) -> list[str]:
     """The quickstart's pass criterion is structural, not one machine's numbers: the audit
     passes the native run (defects quarantined, none systemic) and fails the naive one on
     tool-format, the native-trained B1 drafter beats the naive-trained one clearly, and
@@ -347,6 +356,6 @@ def quickstart_failures(native, naive, margin: float, evals: dict, ab: dict) -> 
         failures.append(
             f"native-trained B1 drafter beats the naive one by {margin:.2f} < {AB_MARGIN}"
         )
-    if not evals["native"]["lossless"] or not all(r["lossless"] for r in ab.values()):
+    if not evals["native"].lossless or not all(r.lossless for r in ab.values()):
         failures.append("speculative decoding was not lossless")
     return failures

@@ -222,7 +222,7 @@ def test_bf16_captures_train_a_drafter_as_good_as_online(tmp_path, toy_tiny, toy
         name: run_eval(
             EvalConfig(target=toy_tiny, drafter=path, input=toy_samples, k=3, max_new_tokens=48),
             log=lambda s: None,
-        )["acceptance_length"]
+        ).acceptance_length
         for name, path in drafters.items()
     }
     assert abs(al["online"] - al["bf16"]) <= 0.1, al

@@ -5,60 +5,60 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
 
 from eyas.evaluate.plots import acceptance_bars, charts_row, position_bars
+from eyas.evaluate.result import EvalResult, EvalRun, ModelCard
 
 
 def _al(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def card_rows(card: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def card_rows(card: ModelCard) -> tuple[list[str], list[list[str]]]:
     """(header, rows): one row per benchmark (and thinking mode), one AL column per config."""
-    header = ["benchmark", *(["thinking"] if card["thinking_switch"] else []), "prompts"]
-    header += [f"AL @ {c}" for c in card["configurations"]] + ["not evaluated"]
+    header = ["benchmark", *(["thinking"] if card.thinking_switch else []), "prompts"]
+    header += [f"AL @ {c}" for c in card.configurations] + ["not evaluated"]
     rows = []
-    for r in card["rows"]:
-        skipped = {**r["rejected"], **r["follow_ups_stopped"]}
-        line = [r["benchmark"], *([r["thinking"] or "-"] if card["thinking_switch"] else [])]
-        line.append(f"{r['prompts']} / {r['rows']} rows")
-        line += [_al(r["acceptance_length"][c]) for c in card["configurations"]]
+    for r in card.rows:
+        skipped = {**r.rejected, **r.follow_ups_stopped}
+        line = [r.benchmark, *([r.thinking or "-"] if card.thinking_switch else [])]
+        line.append(f"{r.prompts} / {r.rows} rows")
+        line += [_al(r.acceptance_length[c]) for c in card.configurations]
         line.append(", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "-")
         rows.append(line)
     return header, rows
 
 
-def write_eval_html(result: dict[str, Any], path: str | Path) -> Path:
+def write_eval_html(result: EvalResult, path: str | Path) -> Path:
     """The per-dataset figures and, for `--bench`, the model-card table."""
     path = Path(path)
-    settings = result.get("settings", {})
+    settings = result.settings
     parts = [
-        f"<h1>eyas eval <small>{html.escape(result.get('drafter', ''))}</small></h1>",
-        f"<p>target {html.escape(result.get('target', ''))} · backend "
-        f"{html.escape(str(settings.get('backend')))} · temperature "
-        f"{settings.get('temperature')} · lossless {result.get('lossless')}</p>",
+        f"<h1>eyas eval <small>{html.escape(result.drafter)}</small></h1>",
+        f"<p>target {html.escape(result.target)} · backend "
+        f"{html.escape(settings.backend)} · temperature "
+        f"{settings.temperature} · lossless {result.lossless}</p>",
     ]
-    card = result.get("model_card")
+    card = result.model_card
     if card:
         header, rows = card_rows(card)
         parts.append("<h2>Model card</h2>")
         parts.append(_table(header, rows))
         parts.append(
-            f"<p>{html.escape(card['metric'])}. Published configuration: "
-            f"{html.escape(card['published_configuration'])} (SGLang flags; eyas chain K = 3)."
+            f"<p>{html.escape(card.metric)}. Published configuration: "
+            f"{html.escape(card.published_configuration)} (SGLang flags; eyas chain K = 3)."
             "</p>"
         )
     header = ["dataset", "prompts", "acceptance_length", "mean_accepted_drafts", "per_position"]
     rows = [
         [
             name,
-            str(d.get("prompts", "")),
-            _al(d.get("acceptance_length")),
-            _al(d.get("mean_accepted_drafts")),
-            " ".join(f"{p:.2f}" for p in d.get("per_position") or []),
+            str(d.prompts),
+            _al(d.acceptance_length),
+            _al(d.mean_accepted_drafts),
+            " ".join(f"{p:.2f}" for p in d.per_position),
         ]
-        for name, d in result.get("datasets", {}).items()
+        for name, d in result.datasets.items()
     ]
     parts.append("<h2>Per dataset (your configuration)</h2>")
     parts.append(acceptance_charts(result))
@@ -75,15 +75,13 @@ def write_eval_html(result: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
-def acceptance_charts(result: dict[str, Any]) -> str:
+def acceptance_charts(result: EvalRun) -> str:
     """Acceptance length per dataset and acceptance per draft position, as charts."""
-    datasets = {n: d for n, d in result.get("datasets", {}).items() if d.get("verify_steps", 1)}
-    k = int(result.get("settings", {}).get("k") or 0) or max(
-        (len(d.get("per_position") or []) for d in datasets.values()), default=1
-    )
-    lengths = {n: d["acceptance_length"] for n, d in datasets.items() if "acceptance_length" in d}
-    total = result.get("acceptance_length") if len(lengths) > 1 else None
-    positions = {n: d["per_position"] for n, d in datasets.items() if d.get("per_position")}
+    datasets = {n: d for n, d in result.datasets.items() if d.verify_steps}
+    k = result.settings.k or max((len(d.per_position) for d in datasets.values()), default=1)
+    lengths = {n: d.acceptance_length for n, d in datasets.items()}
+    total = result.acceptance_length if len(lengths) > 1 else None
+    positions = {n: d.per_position for n, d in datasets.items() if d.per_position}
     return charts_row(
         acceptance_bars(lengths, k, "acceptance length per dataset", total),
         position_bars(positions, "acceptance per draft position"),

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from typing import Any
 
 from eyas import __version__
 from eyas.config import EvalConfig
 from eyas.errors import EyasError
 from eyas.evaluate import prompts as eval_prompts
+from eyas.evaluate.result import CardRow, EvalResult, EvalRun, ModelCard
 
 METRIC = (
     "acceptance_length = tokens per target verify step, bonus included (SGLang definition; "
@@ -60,10 +62,11 @@ def _dispatch(
     log: Callable[[str], None],
     *,
     renderers: Mapping[str, Any] | None = None,
-) -> dict:
+) -> EvalRun:
     """Every round of `prompts` through the configured evaluator (`renderers`: dataset -> the
     renderer of its mode, else the target's default); the result carries the follow-up
-    provenance (`follow_ups`), the outputs stay out of it."""
+    provenance (`follow_ups`) and the settings, the outputs stay out of it. The evaluator
+    returns the documented dict (an engine may bring its own); it is read into `EvalRun` here."""
     follow = _FollowUps(cfg, prompts, renderers or {}, log)
     from eyas.backends.registry import evaluator
 
@@ -71,7 +74,8 @@ def _dispatch(
     result = evaluate(cfg, prompts, log, follow_ups=follow if follow.active else None)
     result.pop("outputs", None)  # every prompt's ids: what the rounds need, not the report
     result["follow_ups"] = follow.describe(result.pop("rounds", None) or [len(prompts)])
-    return result
+    result["settings"] = _settings(cfg, result)
+    return EvalRun.from_dict(result)
 
 
 class _FollowUps:
@@ -145,18 +149,24 @@ def _settings(cfg: EvalConfig, result: dict) -> dict[str, Any]:
     }
 
 
-def run_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def _run_fields(run: EvalRun) -> dict[str, Any]:
+    return {f.name: getattr(run, f.name) for f in fields(EvalRun)}
+
+
+def run_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> EvalResult:
+    """The eval of `cfg` (`to_dict()` is the `--json` file)."""
     if cfg.bench:
         return run_bench_eval(cfg, log)
     prompts = eval_prompts.load_prompts(cfg.input, cfg.limit)
     if not prompts:
         raise EyasError("no_input", f"no prompts in {cfg.input}")
-    result = _dispatch(cfg, prompts, log)
-    result["settings"] = _settings(cfg, result)
-    result.update(
-        {"target": str(cfg.target), "drafter": str(cfg.drafter), "eyas_version": __version__}
+    run = _dispatch(cfg, prompts, log)
+    return EvalResult(
+        **_run_fields(run),
+        target=str(cfg.target),
+        drafter=str(cfg.drafter),
+        eyas_version=__version__,
     )
-    return result
 
 
 # -- the model-card table ----------------------------------------------------------------------
@@ -186,7 +196,7 @@ def _sets_drafts(cfg: EvalConfig) -> bool:
     return ENGINES[cfg.backend].acceptance is None or acceptance(cfg.backend).follows_settings
 
 
-def run_bench_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_bench_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> EvalResult:
     """Every benchmark of `cfg.bench` at the published and the user's configuration, each in
     its own rounds (later turns asked after that configuration's own outputs)."""
     from eyas.benchmarks import benchmark_prompts, resolve
@@ -216,60 +226,62 @@ def run_bench_eval(cfg: EvalConfig, log: Callable[[str], None] = print) -> dict[
             "no benchmark row renders with this template: "
             + "; ".join(f"{s.dataset}: {dict(s.rejected)}" for s in sets),
         )
-    runs: dict[str, dict] = {}
+    runs: dict[str, EvalRun] = {}
     for label, overrides in _configs(cfg):
         run_cfg = cfg.model_copy(update=overrides)
         log(f"measuring at {label}")
-        res = _dispatch(run_cfg, prompts, log, renderers=renderers)
-        res["settings"] = _settings(run_cfg, res)
-        runs[label] = res
+        runs[label] = _dispatch(run_cfg, prompts, log, renderers=renderers)
     mine = runs[list(runs)[-1]]
     card = _card(sets, runs, fmt.thinking_key)
-    return {
-        **mine,
-        "lossless": card["lossless"],
-        "lossless_mismatches": sorted(
-            {m for r in runs.values() for m in r.get("lossless_mismatches") or []}
-        ),
-        "model_card": card,
-        "runs": runs,
-        "target": str(cfg.target),
-        "drafter": str(cfg.drafter),
-        "eyas_version": __version__,
-    }
+    return EvalResult(
+        **{
+            **_run_fields(mine),
+            "lossless": card.lossless,
+            "lossless_mismatches": sorted(
+                {m for r in runs.values() for m in r.lossless_mismatches}
+            ),
+        },
+        model_card=card,
+        runs=runs,
+        target=str(cfg.target),
+        drafter=str(cfg.drafter),
+        eyas_version=__version__,
+    )
 
 
-def _card(sets, runs: dict[str, dict], thinking_key: str | None) -> dict:
+def _card(sets, runs: dict[str, EvalRun], thinking_key: str | None) -> ModelCard:
     """One row per benchmark set; its prompts (every round) and the conversations that
     stopped early are the user's configuration's (the last run)."""
     mine = runs[list(runs)[-1]]
     rows = []
     for s in sets:
-        evaluated = mine["datasets"].get(s.dataset) or {}
-        row: dict[str, Any] = {
-            "benchmark": s.benchmark,
-            "thinking": None if s.thinking is None else ("on" if s.thinking else "off"),
-            "rows": s.rows,
-            "prompts": evaluated.get("prompts", 0),
-            "rejected": dict(s.rejected),
-            "follow_ups_stopped": mine["follow_ups"]["stopped_by_dataset"].get(s.dataset) or {},
-            "acceptance_length": {},
-            "mean_accepted_drafts": {},
-        }
-        for label, res in runs.items():
-            d = res["datasets"].get(s.dataset)
-            row["acceptance_length"][label] = d["acceptance_length"] if d else None
-            row["mean_accepted_drafts"][label] = d["mean_accepted_drafts"] if d else None
-        rows.append(row)
-    lossless = [r.get("lossless") for r in runs.values()]
+        evaluated = mine.datasets.get(s.dataset)
+        per_config = {label: res.datasets.get(s.dataset) for label, res in runs.items()}
+        rows.append(
+            CardRow(
+                benchmark=s.benchmark,
+                thinking=None if s.thinking is None else ("on" if s.thinking else "off"),
+                rows=s.rows,
+                prompts=evaluated.prompts if evaluated else 0,
+                rejected=dict(s.rejected),
+                follow_ups_stopped=mine.follow_ups.stopped_by_dataset.get(s.dataset) or {},
+                acceptance_length={
+                    label: d.acceptance_length if d else None for label, d in per_config.items()
+                },
+                mean_accepted_drafts={
+                    label: d.mean_accepted_drafts if d else None for label, d in per_config.items()
+                },
+            )
+        )
+    lossless = [r.lossless for r in runs.values()]
     verdict = False if False in lossless else (None if None in lossless else True)
-    return {
-        "configurations": list(runs),
-        "published_configuration": PUBLISHED_LABEL,
-        "metric": METRIC,
-        "thinking_switch": thinking_key,
-        "follow_ups_asked_after": mine["follow_ups"]["asked_after"],
-        "rows": rows,
-        "lossless": verdict,
-        "reasons": dict(sum((Counter(s.rejected) for s in sets), Counter())),
-    }
+    return ModelCard(
+        configurations=list(runs),
+        published_configuration=PUBLISHED_LABEL,
+        metric=METRIC,
+        thinking_switch=thinking_key,
+        follow_ups_asked_after=mine.follow_ups.asked_after,
+        rows=rows,
+        lossless=verdict,
+        reasons=dict(sum((Counter(s.rejected) for s in sets), Counter())),
+    )
