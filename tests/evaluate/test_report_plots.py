@@ -15,6 +15,7 @@ import pytest
 
 from eyas.evaluate.plots import PALETTE
 from eyas.evaluate.report import acceptance_charts, write_eval_html
+from eyas.evaluate.result import DatasetFigures, EvalResult, EvalSettings, Figures, FollowUpsInfo
 
 K = 3
 DATASETS = {
@@ -24,24 +25,34 @@ DATASETS = {
 }
 
 
-def _result(figures: dict = DATASETS) -> dict:
+def _result(figures: dict = DATASETS) -> EvalResult:
     datasets = {
-        name: {
-            **d,
-            "prompts": 4,
-            "verify_steps": 40,
-            "mean_accepted_drafts": d["acceptance_length"] - 1,
-        }
+        name: DatasetFigures(
+            prompts=4,
+            verify_steps=40,
+            acceptance_length=d["acceptance_length"],
+            mean_accepted_drafts=d["acceptance_length"] - 1,
+            per_position=d["per_position"],
+            histogram=None,
+        )
         for name, d in figures.items()
     }
-    return {
-        "drafter": "runs/x/drafter",
-        "target": "toy",
-        "settings": {"backend": "local", "k": K, "temperature": 0.0},
-        "lossless": True,
-        "acceptance_length": 2.4,
-        "datasets": datasets,
-    }
+    settings = EvalSettings("local", K, "chain", 1, K, 0.0, 1, 64, 12, "AL")
+    return EvalResult(
+        drafter="runs/x/drafter",
+        target="toy",
+        eyas_version="0",
+        settings=settings,
+        lossless=True,
+        lossless_mismatches=[],
+        acceptance_length=2.4,
+        mean_accepted_drafts=1.4,
+        verify_steps=120,
+        per_position=[],
+        histogram=None,
+        datasets=datasets,
+        follow_ups=FollowUpsInfo(None, [12], {}, {}),
+    )
 
 
 def _rects(svg: str) -> dict[str, tuple[float, float]]:
@@ -200,8 +211,17 @@ def test_the_quickstart_report_is_titled_and_charts_the_ab(tmp_path, toy_tiny, t
 
     audit = run_audit(toy_samples, toy_tiny, AuditOptions())
     ab = {
-        "b1_native": {"acceptance_length": 3.2, "per_position": [0.9, 0.8, 0.6]},
-        "b1_naive": {"acceptance_length": 1.6, "per_position": [0.4, 0.2, 0.1]},
+        name: Figures(
+            verify_steps=40,
+            acceptance_length=al,
+            mean_accepted_drafts=al - 1,
+            per_position=pos,
+            histogram=None,
+        )
+        for name, al, pos in (
+            ("b1_native", 3.2, [0.9, 0.8, 0.6]),
+            ("b1_naive", 1.6, [0.4, 0.2, 0.1]),
+        )
     }
     # per dataset short bars, so that each colour's longest run on the page is an A/B bar
     low = {n: {**d, "acceptance_length": 1.2} for n, d in DATASETS.items()}
