@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from eyas.config import EvalConfig
+from eyas.evaluate.result import EvalResult
 from eyas.evaluate.run import run_eval
 
 TOOL_FAMILIES = ("b1_glaive", "b2_hermes", "b3_xlam")
@@ -48,7 +49,7 @@ def main() -> None:
         "limit": args.limit,
     }
     quiet = lambda s: None  # noqa: E731
-    rows: dict[str, dict] = {}
+    rows: dict[str, EvalResult] = {}
     for k in [int(x) for x in args.ks.split(",")]:
         rows[f"chain K={k}"] = run_eval(EvalConfig(**base, k=k), quiet)
     for spec in filter(None, args.trees.split(",")):
@@ -66,14 +67,14 @@ def main() -> None:
     estimate = next(
         (m["acceptance_estimate"] for m in reversed(metrics) if "acceptance_estimate" in m), None
     )
-    names = sorted(rows["chain K=3"]["datasets"])
+    names = sorted(rows["chain K=3"].datasets)
     print(f"{'':<26}" + "".join(f"{n[:11]:>12}" for n in [*names, "all"]) + f"{'lossless':>10}")
     for label, r in rows.items():
-        cells = [r["datasets"].get(n, {}).get("acceptance_length", float("nan")) for n in names]
+        cells = [d.acceptance_length if (d := r.datasets.get(n)) else float("nan") for n in names]
         print(
             f"{label:<26}"
-            + "".join(f"{c:>12.3f}" for c in [*cells, r["acceptance_length"]])
-            + f"{r.get('lossless', '-')!s:>10}"
+            + "".join(f"{c:>12.3f}" for c in [*cells, r.acceptance_length])
+            + f"{r.lossless!s:>10}"
         )
     print(f"the drafter's own estimate at its last checkpoint (TTT 3 accuracies): {estimate}")
     k3 = rows["chain K=3"]
@@ -83,19 +84,17 @@ def main() -> None:
         "settings": {"temperature": 0, "prompts_per_dataset": args.limit, "max_new_tokens": 160},
         "results": {
             label: {
-                "all": r["acceptance_length"],
-                "lossless": r.get("lossless"),
-                "datasets": {n: d["acceptance_length"] for n, d in r["datasets"].items()},
-                **({"throughput": r["throughput"]} if "throughput" in r else {}),
+                "all": r.acceptance_length,
+                "lossless": r.lossless,
+                "datasets": {n: d.acceptance_length for n, d in r.datasets.items()},
+                **({"throughput": r.throughput.to_dict()} if r.throughput else {}),
             }
             for label, r in rows.items()
         },
         "training_estimate": estimate,
         "goal": "K=3 tool families >= 3.0",
         "goal_met": all(
-            k3["datasets"][n]["acceptance_length"] >= 3.0
-            for n in TOOL_FAMILIES
-            if n in k3["datasets"]
+            k3.datasets[n].acceptance_length >= 3.0 for n in TOOL_FAMILIES if n in k3.datasets
         ),
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -264,10 +264,10 @@ def _served(target_dir, drafter_dir, prompts_dir, k, limit, max_new) -> dict:
     except Exception as exc:  # report what vLLM did with this method, and go on
         return {"error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
     return {
-        "acceptance_length": r["acceptance_length"],
-        "per_position": r["per_position"],
-        "lossless": r["lossless"],
-        "throughput": r["throughput"],
+        "acceptance_length": r.acceptance_length,
+        "per_position": r.per_position,
+        "lossless": r.lossless,
+        "throughput": r.throughput.to_dict() if r.throughput else None,
     }
 
 
