@@ -59,6 +59,7 @@ from eyas.config import (
     method_option_keys,
 )
 from eyas.errors import EyasError
+from eyas.store.job_result import RunStatus
 
 console = Console(stderr=True)
 
@@ -202,18 +203,12 @@ def prepare(cfg: PipelineConfig) -> None:
     summary = run_prepare(cfg, renderer)
     table = Table("dataset", "format", "converted", "rejected", "rendered", title="prepare")
     for name, s in summary.items():
-        table.add_row(
-            name,
-            s["format"],
-            str(s["converted"]),
-            str(sum(s["convert_reasons"].values())),
-            str(s["rendered"]),
-        )
+        table.add_row(name, s.format, str(s.converted), str(s.rejected), str(s.rendered))
     console.print(table)
     console.print(f"-> {cfg.stage_dir('prepare')}")
     for ds in cfg.datasets:
-        if not summary[ds.name]["converted"]:
-            reasons = summary[ds.name]["convert_reasons"]
+        if not summary[ds.name].converted:
+            reasons = summary[ds.name].convert_reasons
             raise EyasError(
                 "no_rows", f"{ds.path}: no row of dataset {ds.name} converted {reasons}"
             )
@@ -250,23 +245,23 @@ def generate(cfg: PipelineConfig) -> None:
     if not cfg.generate_input.exists():  # the default: this run's prepare stage
         raise EyasError("no_input", f"{cfg.generate_input} does not exist (run eyas prepare)")
     renderer = _renderer(cfg.model)
-    manifest = run_generate(cfg, renderer, cfg.generate.progress)
-    run = manifest["this_run"]
+    result = run_generate(cfg, renderer, cfg.generate.progress)
+    run = result.this_run
     out = cfg.generate_out
     console.print(
-        f"{run['samples_written']} samples written, {run['failed']} failed, {run['retries']} "
-        f"retries, skipped {run['skipped']}; {manifest['counts']['samples']} samples in {out}"
+        f"{run.samples_written} samples written, {run.failed} failed, {run.retries} "
+        f"retries, skipped {run.skipped}; {result.counts.samples} samples in {out}"
     )
-    if run["failure_reasons"]:
-        console.print(f"failure reasons: {run['failure_reasons']} (see {out / 'errors.jsonl'})")
-    _run_line(manifest)
-    if not manifest["complete"]:
-        if manifest["stopped_reason"] == "terminated":
+    if run.failure_reasons:
+        console.print(f"failure reasons: {run.failure_reasons} (see {out / 'errors.jsonl'})")
+    _run_line(result.run)
+    if not result.complete:
+        if result.stopped_reason == "terminated":
             console.print("[yellow]terminated (SIGTERM): rerun the same command to resume[/]")
             raise typer.Exit(143)
-        if manifest["stopped_reason"] != "interrupted":
+        if result.stopped_reason != "interrupted":
             console.print(
-                f"[red]stopped: {manifest['stopped_reason']}[/]; fix the servers and rerun "
+                f"[red]stopped: {result.stopped_reason}[/]; fix the servers and rerun "
                 "the same command to resume"
             )
             raise typer.Exit(1)
@@ -274,13 +269,12 @@ def generate(cfg: PipelineConfig) -> None:
         raise typer.Exit(130)
 
 
-def _run_line(manifest: dict) -> None:
+def _run_line(run: RunStatus) -> None:
     """One line about the whole folder: the jobs that wrote it and whether they cover it."""
-    run = manifest["run"]
-    states = ", ".join(f"{j['state']} {j.get('shard') or '0/1'}" for j in run["jobs"])
-    verdict = "complete" if run["complete"] else "not complete yet"
-    dup = f", {run['duplicates']} duplicate rows dropped" if run["duplicates"] else ""
-    console.print(f"run: {run['num_jobs']} job(s) [{states}]{dup}; the run is {verdict}")
+    states = ", ".join(f"{j.state} {j.shard or '0/1'}" for j in run.jobs)
+    verdict = "complete" if run.complete else "not complete yet"
+    dup = f", {run.duplicates} duplicate rows dropped" if run.duplicates else ""
+    console.print(f"run: {run.num_jobs} job(s) [{states}]{dup}; the run is {verdict}")
 
 
 # -- audit / show --------------------------------------------------------------------------------
@@ -418,21 +412,23 @@ def status(cfg: StatusConfig) -> None:
 )
 def capture(cfg: CaptureConfig) -> None:
     """Capture the target's hidden states for drafter training (resumable)."""
+    from eyas.capture.result import CaptureDryRun
     from eyas.capture.run import run_capture
 
-    manifest = run_capture(cfg, log=console.print)
-    if manifest.get("dry_run"):
+    result = run_capture(cfg, log=console.print)
+    if isinstance(result, CaptureDryRun):
         return
+    counts = result.counts
     console.print(
-        f"{manifest['counts']['samples']} samples captured in {cfg.out} "
-        f"({manifest['counts']['tokens']} tokens, {manifest['bytes_per_token']} bytes/token)"
+        f"{counts.samples} samples captured in {cfg.out} "
+        f"({counts.tokens} tokens, {result.bytes_per_token} bytes/token)"
     )
-    if manifest["counts"].get("failed"):
-        console.print(f"failed: {manifest['failure_reasons']} (see {cfg.out / 'errors.jsonl'})")
-    _run_line(manifest)
-    if manifest["stopped_reason"] in ("terminated", "interrupted"):
-        console.print(f"[yellow]{manifest['stopped_reason']}: rerun the same command to resume[/]")
-        raise typer.Exit(143 if manifest["stopped_reason"] == "terminated" else 130)
+    if counts.failed:
+        console.print(f"failed: {result.failure_reasons} (see {cfg.out / 'errors.jsonl'})")
+    _run_line(result.run)
+    if result.stopped_reason in ("terminated", "interrupted"):
+        console.print(f"[yellow]{result.stopped_reason}: rerun the same command to resume[/]")
+        raise typer.Exit(143 if result.stopped_reason == "terminated" else 130)
 
 
 @app.command()

@@ -26,7 +26,7 @@ def test_datasets_render_in_their_own_thinking_mode(tmp_path, kimi_dir):
     )
     renderer = Renderer(kimi_dir)
     summary = prepare(cfg, renderer)
-    assert {k: v["thinking"] for k, v in summary.items()} == {
+    assert {k: v.thinking for k, v in summary.items()} == {
         "think": True,
         "plain": False,
         "default": None,

@@ -40,6 +40,7 @@ from eyas.backends import registry
 from eyas.backends.base import BackendSettings
 from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
+from eyas.capture.result import CaptureDryRun, CaptureResult
 from eyas.config import CaptureConfig
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
@@ -282,7 +283,9 @@ def _capture_jobs(cfg: CaptureConfig, target: TargetModel):
     return jobs, excluded, skipped, done, qfile
 
 
-def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_capture(
+    cfg: CaptureConfig, log: Callable[[str], None] = print
+) -> CaptureResult | CaptureDryRun:
     layers, target = capture_layers(cfg.target, cfg.aux_layers, cfg.method)
     cfg.out.mkdir(parents=True, exist_ok=True)
     job_id = new_job_id()
@@ -296,13 +299,13 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
     )
     _check_space(cfg.out, tokens * per_token, cfg.force or cfg.dry_run, log)
     if cfg.dry_run:  # the cluster recipe sizes its storage with this (docs/cluster.md)
-        return {
-            "dry_run": True,
-            "samples_to_go": len(jobs),
-            "tokens_to_go": tokens,
-            "bytes_per_token": per_token,
-            "storage_needed_bytes": tokens * per_token,
-        }
+        return CaptureDryRun(
+            dry_run=True,
+            samples_to_go=len(jobs),
+            tokens_to_go=tokens,
+            bytes_per_token=per_token,
+            storage_needed_bytes=tokens * per_token,
+        )
     record = start_job(
         cfg.out,
         job_id,
@@ -365,7 +368,7 @@ def run_capture(cfg: CaptureConfig, log: Callable[[str], None] = print) -> dict[
     for key in ("job_id", "host", "pid", "state", "started_unix", "ended_unix"):
         combined.pop(key, None)
     write_json(cfg.out / "manifest.json", combined)
-    manifest = {**record, "counts": counts, "run": status}
+    manifest = CaptureResult.from_dict({**record, "counts": counts, "run": status})
     reason = run.get("stopped_reason")
     if reason and reason not in ("terminated", "interrupted"):
         raise RefusedError(

@@ -29,6 +29,7 @@ from eyas.generate.engine import Engine, Stats
 from eyas.generate.jobs import load_jobs, plans
 from eyas.generate.multiturn import make_multi_turn
 from eyas.generate.progress import GenerationProgress
+from eyas.generate.result import GenerateResult
 from eyas.jsonl import write_json
 from eyas.records import SCHEMA_VERSION
 from eyas.render.renderer import Renderer
@@ -228,14 +229,15 @@ def _combine(out: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 def run_generate(
     cfg: PipelineConfig, renderer: Renderer, show_progress: bool = True
-) -> dict[str, Any]:
+) -> GenerateResult:
     previous = signal.getsignal(signal.SIGTERM)
     try:
         try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
             import uvloop
 
-            return uvloop.run(_generate(cfg, renderer, show_progress))
+            record = uvloop.run(_generate(cfg, renderer, show_progress))
         except ImportError:
-            return asyncio.run(_generate(cfg, renderer, show_progress))
+            record = asyncio.run(_generate(cfg, renderer, show_progress))
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return GenerateResult.from_dict(record)
