@@ -33,6 +33,7 @@ from peers import vllm_offline, vllm_python
 
 from eyas.backends.vllm.capture import plugin_env
 from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.capture.result import CaptureResult
 from eyas.capture.run import capture_layers, run_capture
 from eyas.config import CaptureConfig
 from eyas.render import Renderer
@@ -139,7 +140,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 manifest = run_capture(cfg, log=lambda _: None)
                 walls.append(time.perf_counter() - t0)
-                assert manifest["counts"]["samples"] == len(seqs), manifest["counts"]
+                assert isinstance(manifest, CaptureResult), manifest
+                assert manifest.counts.samples == len(seqs), manifest.counts
             # The same server answering without anyone reading the states: the engine's own
             # cost of extraction, apart from eyas's client.
             bare = []
@@ -155,7 +157,7 @@ def main() -> None:
                 "seconds": round(wall, 2),
                 "runs": [round(w, 2) for w in walls],
                 "tokens_per_s": round(tokens / wall),
-                "bytes_per_token": manifest["bytes_per_token"],
+                "bytes_per_token": manifest.bytes_per_token,
                 "stored_bytes_per_token": round(stored / tokens),
             }
         )

@@ -181,9 +181,9 @@ def real_engine(args, tmp: Path) -> dict:
                 update={"generate": cfg.generate.model_copy(update={"out": tmp / f"{name}{k}"})}
             )
             t0 = time.perf_counter()
-            run = run_generate(cfg_k, renderer, show_progress=False)["this_run"]
+            run = run_generate(cfg_k, renderer, show_progress=False).this_run
             walls.append(time.perf_counter() - t0)
-        return _row(name, walls, run["samples_written"], run["output_tokens"])
+        return _row(name, walls, run.samples_written, run.output_tokens)
 
     # served under its path: speculators sends the tokenizer path as the model name
     with vllm_server(
@@ -386,16 +386,14 @@ def main() -> None:
                 cpu0, t0 = _cpu(), time.perf_counter()
                 manifest = run_generate(cfg, renderer, show_progress=False)
                 wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-                n = manifest["this_run"]["samples_written"]
+                n = manifest.this_run.samples_written
                 runs.append(
                     {
                         "batch_size": batch,
                         "samples": n,
                         "seconds": round(wall, 2),
                         "samples_per_s": round(n / wall, 1),
-                        "output_tokens_per_s": round(
-                            manifest["this_run"]["output_tokens"] / wall, 1
-                        ),
+                        "output_tokens_per_s": round(manifest.this_run.output_tokens / wall, 1),
                         "client_cpu_s_per_1000": round(1000 * cpu / max(1, n), 3),
                     }
                 )

@@ -113,7 +113,8 @@ def eyas_local(model_dir: Path, prep: Path, out: Path, max_new: int, batch: int)
     )
     manifest = run_generate(cfg, Renderer(model_dir), show_progress=False)
     samples = {s.id: list(s.output_ids) for s in read_samples(out)}
-    return {"seconds": manifest["this_run"]["seconds"], "outputs": samples}
+    assert manifest.this_run.stats is not None, "nothing was generated"
+    return {"seconds": manifest.this_run.stats.seconds, "outputs": samples}
 
 
 def main() -> None:

@@ -271,10 +271,13 @@ def generate(cfg: PipelineConfig) -> None:
 
 def _run_line(run: RunStatus) -> None:
     """One line about the whole folder: the jobs that wrote it and whether they cover it."""
+    from rich.markup import escape
+
     states = ", ".join(f"{j.state} {j.shard or '0/1'}" for j in run.jobs)
     verdict = "complete" if run.complete else "not complete yet"
     dup = f", {run.duplicates} duplicate rows dropped" if run.duplicates else ""
-    console.print(f"run: {run.num_jobs} job(s) [{states}]{dup}; the run is {verdict}")
+    # escaped: rich would read "[complete 0/1]" as a style tag and drop it
+    console.print(escape(f"run: {run.num_jobs} job(s) [{states}]{dup}; the run is {verdict}"))
 
 
 # -- audit / show --------------------------------------------------------------------------------

@@ -80,8 +80,8 @@ def test_generate_capture_stream_and_eval_report_the_same_faults_the_same_way(
             dtype="float32",
         )
         manifest = run_capture(cfg, log=lambda s: None)
-        seen["capture"] = (manifest["this_run"]["retry_reasons"], manifest["failure_reasons"])
-        assert manifest["counts"]["samples"] == len(toy_samples.read_text().splitlines()) - 1
+        seen["capture"] = (manifest.this_run.retry_reasons, manifest.failure_reasons)
+        assert manifest.counts.samples == len(toy_samples.read_text().splitlines()) - 1
         assert not list(cap.glob("*.safetensors"))  # every file read, the torn ones removed
 
     with fake_server("eyas.testing.fake_vllm", *vllm_fake) as srv:

@@ -86,7 +86,7 @@ def test_the_disk_check_refuses_unless_forced(tmp_path, toy_tiny, toy_samples, m
         run_capture(cfg, log=lambda s: None)
     assert not capture_shards(tmp_path / "c")
     forced = run_capture(cfg.model_copy(update={"force": True}), log=lambda s: None)
-    assert forced["counts"]["samples"] == 2
+    assert forced.counts.samples == 2
 
 
 def test_a_killed_capture_resumes_without_loss_or_duplicates(tmp_path, toy_tiny, toy_samples):
@@ -153,8 +153,8 @@ def test_a_capture_fuses_the_methods_layers_and_training_refuses_other_layers(
         CaptureConfig(target=toy_tiny, data=toy_samples, out=out, method="dflash", limit=2),
         log=lambda s: None,
     )
-    assert manifest["method"] == "dflash"
-    assert manifest["aux_layers"] == fused and manifest["layers"] == [*fused, 4]
+    assert manifest.method == "dflash"
+    assert manifest.aux_layers == fused and manifest.layers == [*fused, 4]
     eagle3_manifest = json.loads((fp32_capture / "manifest.json").read_text())
     assert eagle3_manifest["method"] == "eagle3" and eagle3_manifest["aux_layers"] == [1, 2, 3]
     # the 4-layer toy's DFlash and EAGLE-3 defaults coincide: one middle layer differs from both

@@ -39,10 +39,11 @@ def _capture(tmp_path, toy_tiny, toy_samples, *fake_args, **cfg):
 @pytest.mark.slow
 def test_capture_through_vllm_stores_the_servers_states(tmp_path, toy_tiny, toy_samples):
     manifest, incoming = _capture(tmp_path, toy_tiny, toy_samples, "--fault-schedule", "torn")
-    assert manifest["counts"]["samples"] == 6 and manifest["failure_reasons"] == {}
+    assert manifest.counts.samples == 6 and manifest.failure_reasons == {}
     # the torn file was read again, given up, and the request sent again
-    assert manifest["this_run"]["retry_reasons"] == {"hidden_states_torn": 1}
-    assert manifest["client"]["servers"][0]["progress_source"] == "work counter"
+    assert manifest.this_run.retry_reasons == {"hidden_states_torn": 1}
+    assert manifest.client is not None
+    assert manifest.client["servers"][0]["progress_source"] == "work counter"
     rows, _ = read_capture_index(tmp_path / "cap")
     reader = StateReader()
     for row in rows:
@@ -55,8 +56,8 @@ def test_a_capture_file_that_stays_torn_is_a_recorded_failure(tmp_path, toy_tiny
     manifest, incoming = _capture(
         tmp_path, toy_tiny, toy_samples, "--fault-rate", "1", "--faults", "torn", max_attempts=2
     )
-    assert manifest["counts"]["samples"] == 0
-    assert manifest["failure_reasons"] == {"hidden_states_torn": 6}
+    assert manifest.counts.samples == 0
+    assert manifest.failure_reasons == {"hidden_states_torn": 6}
     errors = [json.loads(x) for x in (tmp_path / "cap" / "errors.jsonl").read_text().splitlines()]
     assert {e["reason"] for e in errors} == {"hidden_states_torn"} and len(errors) == 6
     assert all(e["attempts"] == 2 for e in errors)

@@ -27,7 +27,8 @@ def test_capture_takes_its_servers_from_a_url_file(tmp_path, toy_tiny, toy_sampl
             limit=6,
         )
         manifest = run_capture(config, log=lambda s: None)
-    assert manifest["counts"]["samples"] == 6 and manifest["failure_reasons"] == {}
-    servers = {s["url"]: s for s in manifest["client"]["servers"]}
+    assert manifest.counts.samples == 6 and manifest.failure_reasons == {}
+    assert manifest.client is not None
+    servers = {s["url"]: s for s in manifest.client["servers"]}
     assert servers[srv.url]["source"] == "url_file" and servers[srv.url]["requests"] == 6
     assert servers[dead]["joined"] is False and servers[dead]["requests"] == 0

@@ -112,6 +112,10 @@ class ThisRun:
         return self.stats.failed if self.stats else 0
 
     @property
+    def output_tokens(self) -> int:
+        return self.stats.output_tokens if self.stats else 0
+
+    @property
     def retries(self) -> int:
         return self.stats.retries if self.stats else 0
 
