@@ -226,7 +226,7 @@ class DFlashMethod(DraftMethod):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens):
+    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
         d = model.config
         if fmt == "sglang":
             config = layouts.zlab_config(d, target)
