@@ -14,7 +14,7 @@ from eyas.capture.result import CaptureDryRun, CaptureResult
 DATA = Path(__file__).parent / "data"
 RECORD = ["stage", "eyas_version", "input", "target", "backend", "method", "aux_layers"]
 RECORD += ["layers", "layer_convention", "dtype", "bytes_per_token", "quarantine", "excluded"]
-RECORD += ["shard", "storage_needed_bytes", "config", "job_id", "host", "pid", "state"]
+RECORD += ["shard", "storage_needed_bytes", "config", "job_id", "host", "pid", "pid_start", "state"]
 RECORD += ["complete", "started_unix", "servers", "client", "stopped_reason", "this_run"]
 RECORD += ["failure_reasons", "ended_unix", "counts", "run"]
 

@@ -16,7 +16,7 @@ from eyas.generate.result import GenerateResult
 
 DATA = Path(__file__).parent / "data"
 RECORD = ["stage", "eyas_version", "schema_version", "input", "backend", "render", "sampling"]
-RECORD += ["shard", "job_id", "host", "pid", "state", "complete", "started_unix"]
+RECORD += ["shard", "job_id", "host", "pid", "pid_start", "state", "complete", "started_unix"]
 RECORD += ["stopped_reason", "this_run", "ended_unix", "counts", "run"]
 THIS_RUN = ["jobs", "jobs_done", "samples_written", "failed", "retries"]
 THIS_RUN += ["skipped_done_elsewhere", "output_tokens", "failure_reasons", "retry_reasons"]

@@ -73,6 +73,7 @@ class CaptureResult:
     job_id: str
     host: str
     pid: int
+    pid_start: int | None  # the process's start (with the pid it names one process)
     state: str  # complete or stopped
     complete: bool
     started_unix: float

@@ -41,6 +41,7 @@ class GenerateResult:
     job_id: str
     host: str
     pid: int
+    pid_start: int | None  # the process's start (with the pid it names one process)
     state: str  # complete or stopped
     complete: bool  # this job ran to the end (the run: `run.complete`)
     started_unix: float
