@@ -87,9 +87,9 @@ def main() -> None:
             checkpoint_every=10**6,
             **settings,
         )
-        history: list[dict] = []
         start = time.perf_counter()
-        drafter = run_train(cfg, log=lambda s: None, on_step=history.append)
+        trained = run_train(cfg, log=lambda s: None)
+        drafter, history = trained.drafter, [m.to_dict() for m in trained.history]
         train_s = time.perf_counter() - start
         tail = history[-max(1, len(history) // 5) :]
         slots = len(tail[0]["per_step_acc"])

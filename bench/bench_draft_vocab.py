@@ -73,7 +73,7 @@ def run_target(name: str, target: Path, out: Path, args, on_size=None) -> dict:
             drafter, train_s = cfg.out / "drafter", json.loads(timing.read_text())
         else:
             start = time.perf_counter()
-            drafter = run_train(cfg, log=lambda s: None)
+            drafter = run_train(cfg, log=lambda s: None).drafter
             train_s = time.perf_counter() - start
             timing.write_text(json.dumps(train_s))
         saved = read_json_object(drafter / "drafter_config.json")

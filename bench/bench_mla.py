@@ -63,7 +63,7 @@ def _train(target: Path, data: Path, out: Path, attention: str, args) -> tuple[P
         seed=0,
     )
     start = time.perf_counter()
-    path = run_train(cfg, log=lambda s: None)
+    path = run_train(cfg, log=lambda s: None).drafter
     return path, time.perf_counter() - start
 
 

@@ -224,9 +224,9 @@ def training_figures(args, captured_hist, online_hist, peer) -> dict:
         "eyas_online_tok_s": round(online_rate, 1),
         "eyas_online_step_s": round(online_s / (args.online_steps - TIMING_WARMUP), 3),
         "captured_vs_online": round(captured_rate / online_rate, 2),
-        "eyas_loss_first_last": [captured_hist[0]["loss"], captured_hist[-1]["loss"]],
-        "eyas_train_acc_last": captured_hist[-1]["per_step_acc"],
-        "eyas_acceptance_estimate_last": captured_hist[-1]["acceptance_estimate"],
+        "eyas_loss_first_last": [captured_hist[0].loss, captured_hist[-1].loss],
+        "eyas_train_acc_last": captured_hist[-1].per_step_acc,
+        "eyas_acceptance_estimate_last": captured_hist[-1].acceptance_estimate,
     }
     if peer is not None:
         rate = captured_tokens / peer["timed_seconds"]
@@ -343,7 +343,7 @@ def main() -> None:
     training = training_figures(args, captured_hist, online_hist, peer)
     training["draft_vocab_size"] = draft_vocab
     training["supervised_tokens_per_step"] = round(
-        sum(m["trained_positions"] for m in captured_hist) / len(captured_hist)
+        sum(m.trained_positions for m in captured_hist) / len(captured_hist)
     )
     cli(
         "export", "drafter", "--checkpoint", work / "eyas-captured", "--format", "vllm",

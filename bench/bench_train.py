@@ -47,6 +47,7 @@ from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
 from eyas.train.loop import Trainer
+from eyas.train.result import StepMetrics
 
 
 def samples(model_dir: Path, path: Path) -> None:
@@ -82,10 +83,10 @@ class PrecomputedTrainer(Trainer):
         return self.cache[ids.numpy().tobytes()]
 
 
-def timed(history: list[dict], warmup: int) -> tuple[float, int]:
+def timed(history: list[StepMetrics], warmup: int) -> tuple[float, int]:
     """Seconds and supervised tokens of the steps after `warmup`."""
-    start = history[warmup - 1]["elapsed_s"] if warmup else 0.0
-    return history[-1]["elapsed_s"] - start, sum(m["trained_positions"] for m in history[warmup:])
+    start = history[warmup - 1].elapsed_s if warmup else 0.0
+    return history[-1].elapsed_s - start, sum(m.trained_positions for m in history[warmup:])
 
 
 def window_means(losses: list[float], window: int) -> list[float]:
@@ -228,12 +229,10 @@ def main() -> None:
                 "eyas_captured_tok_s": round(disk_tokens / disk_s, 1),
                 "captured_vs_online": round((disk_tokens / disk_s) / (tokens / online_s), 2),
                 "eyas_drafter_step_tok_s": round(tokens / drafter_s, 1),
-                "eyas_loss_first_last": [cached_hist[0]["loss"], cached_hist[-1]["loss"]],
-                "eyas_loss_window_means": window_means(
-                    [m["loss"] for m in cached_hist], args.window
-                ),
-                "eyas_losses": [m["loss"] for m in cached_hist],
-                "lr_first_last": [cached_hist[0]["lr"], cached_hist[-1]["lr"]],
+                "eyas_loss_first_last": [cached_hist[0].loss, cached_hist[-1].loss],
+                "eyas_loss_window_means": window_means([m.loss for m in cached_hist], args.window),
+                "eyas_losses": [m.loss for m in cached_hist],
+                "lr_first_last": [cached_hist[0].lr, cached_hist[-1].lr],
             }
             if peer_python:
                 batches, meta = Path(tmp) / f"peer{ttt}.safetensors", Path(tmp) / "meta.json"

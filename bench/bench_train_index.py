@@ -149,7 +149,7 @@ def child_steps(capture: Path, target: Path, steps: int) -> dict:
         setup_s = time.perf_counter() - t0
         hist = trainer.train()
         trainer.cleanup()
-    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in itertools.pairwise(hist)][4:]
+    times = [b.elapsed_s - a.elapsed_s for a, b in itertools.pairwise(hist)][4:]
     return {
         "setup_s": round(setup_s, 2),
         "median_step_s": round(statistics.median(times), 4),

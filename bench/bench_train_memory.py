@@ -108,18 +108,18 @@ def child_eyas(length: int, ttt: int = 3, ac: str = "off", drafter_only: bool = 
         cpu_s = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
         peak = _status_kb("VmHWM") if drafter_only else 0
         trainer.cleanup()
-    step_s = hist[-1]["elapsed_s"] - hist[0]["elapsed_s"]
+    step_s = hist[-1].elapsed_s - hist[0].elapsed_s
     if drafter_only:
         return {
             "step_peak_mb": round((peak - before) / 1024, 1),
             "step_s": round(step_s, 2),
             "cpu_s": round(cpu_s, 2),
-            "trained_positions": hist[-1]["trained_positions"],
+            "trained_positions": hist[-1].trained_positions,
         }
     return {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_s": round(step_s, 2),
-        "trained_positions": hist[-1]["trained_positions"],
+        "trained_positions": hist[-1].trained_positions,
     }
 
 

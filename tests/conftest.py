@@ -104,7 +104,7 @@ def trained_drafter(tmp_path_factory, toy_tiny, toy_samples):
         warmup_steps=5,
         checkpoint_every=1000,
     )
-    return run_train(cfg, log=lambda s: None)
+    return run_train(cfg, log=lambda s: None).drafter
 
 
 # A SmolLM2-style ChatML template: no tools, a default system prompt (the real model's shape).

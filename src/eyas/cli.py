@@ -480,6 +480,7 @@ def train(cfg: TrainConfig) -> None:
     from rich.progress import Progress
 
     from eyas.train.loop import Trainer
+    from eyas.train.result import StepMetrics
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, log=console.print)
@@ -488,12 +489,11 @@ def train(cfg: TrainConfig) -> None:
         with Progress(console=console) as bar:
             task = bar.add_task("train", total=cfg.steps, completed=trainer.step)
 
-            def on_step(m: dict) -> None:
-                acc = m["per_step_acc"][0]
+            def on_step(m: StepMetrics) -> None:
                 bar.update(
                     task,
-                    completed=m["step"],
-                    description=f"train loss {m['loss']:.3f} acc0 {acc:.2f}",
+                    completed=m.step,
+                    description=f"train loss {m.loss:.3f} acc0 {m.per_step_acc[0]:.2f}",
                 )
 
             trainer.train(on_step)

@@ -52,6 +52,7 @@ from eyas.store import load_table, quarantine_path, read_quarantine, write_quara
 from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, write_datasets
 from eyas.toy.naive import naive_glaive_messages
+from eyas.train.result import StepMetrics
 
 
 def _config(
@@ -212,12 +213,12 @@ def run_quickstart(
     def train(data: Path, name: str, steps: int) -> Path:
         last = {"t": 0.0}
 
-        def on_step(m: dict) -> None:
-            if time.time() - last["t"] > 15 or m["step"] == steps:
+        def on_step(m: StepMetrics) -> None:
+            if time.time() - last["t"] > 15 or m.step == steps:
                 last["t"] = time.time()
                 say(
-                    f"    {name}: step {m['step']}/{steps} loss {m['loss']:.3f} "
-                    f"acc {' '.join(f'{a:.2f}' for a in m['per_step_acc'])}"
+                    f"    {name}: step {m.step}/{steps} loss {m.loss:.3f} "
+                    f"acc {' '.join(f'{a:.2f}' for a in m.per_step_acc)}"
                 )
 
         tcfg = TrainConfig(
@@ -233,7 +234,7 @@ def run_quickstart(
             warmup_steps=10,
             checkpoint_every=100,
         )
-        return run_train(tcfg, log=lambda s: say(f"    {s}"), on_step=on_step)
+        return run_train(tcfg, log=lambda s: say(f"    {s}"), on_step=on_step).drafter
 
     say(f"6/8 train the EAGLE-3 drafter on all native data ({train_steps} steps)")
     drafter = train(cfg.stage_dir("generate"), "native_all", train_steps)

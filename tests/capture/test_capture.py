@@ -49,7 +49,9 @@ def test_training_from_fp32_captures_reproduces_the_online_curve(
 
     monkeypatch.setattr("eyas.train.target.load_frozen_lm", no_full_model)
     captured = tmp_path / "captured"
-    path = run_train(train_cfg(toy_tiny, captured, hidden_states=fp32_capture), log=lambda s: None)
+    path = run_train(
+        train_cfg(toy_tiny, captured, hidden_states=fp32_capture), log=lambda s: None
+    ).drafter
     a, b = losses(online), losses(captured)
     assert len(a) == len(b) == 6
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4, (a, b)
@@ -169,7 +171,7 @@ def test_a_capture_fuses_the_methods_layers_and_training_refuses_other_layers(
     def train(method: str, capture, **kw):
         out = tmp_path / f"{method}-{capture.name}-{len(kw)}"
         cfg = train_cfg(toy_tiny, out, method=method, hidden_states=capture, steps=2, **kw)
-        return run_train(cfg, log=lambda s: None)
+        return run_train(cfg, log=lambda s: None).drafter
 
     for method in ("dflash", "eagle3"):
         with pytest.raises(EyasError) as exc:
@@ -215,8 +217,8 @@ def test_bf16_captures_train_a_drafter_as_good_as_online(tmp_path, toy_tiny, toy
     assert json.loads((bf16 / "manifest.json").read_text())["dtype"] == "bfloat16"
     kw = dict(steps=40, checkpoint_every=100, ttt=3)
     drafters = {
-        "online": run_train(train_cfg(toy_tiny, tmp_path / "a", data=toy_samples, **kw), log=print),
-        "bf16": run_train(train_cfg(toy_tiny, tmp_path / "b", hidden_states=bf16, **kw), log=print),
+        "online": run_train(train_cfg(toy_tiny, tmp_path / "a", data=toy_samples, **kw)).drafter,
+        "bf16": run_train(train_cfg(toy_tiny, tmp_path / "b", hidden_states=bf16, **kw)).drafter,
     }
     al = {
         name: run_eval(

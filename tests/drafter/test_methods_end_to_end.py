@@ -124,13 +124,13 @@ def test_dflash_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, to
 
     full = Trainer(cfg(tmp_path / "full"), log=lambda s: None)
     full.setup()
-    reference = {m["step"]: m["loss"] for m in full.train()}
+    reference = {m.step: m.loss for m in full.train()}
 
     class Killed(Exception):
         pass
 
     def die_at_5(m):
-        if m["step"] == 5:
+        if m.step == 5:
             raise Killed
 
     killed = Trainer(cfg(tmp_path / "resumed"), log=lambda s: None)
@@ -141,4 +141,4 @@ def test_dflash_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, to
     resumed.setup()
     assert resumed.step == 3
     for m in resumed.train():
-        assert m["loss"] == pytest.approx(reference[m["step"]], rel=1e-6, abs=1e-7)
+        assert m.loss == pytest.approx(reference[m.step], rel=1e-6, abs=1e-7)

@@ -33,7 +33,7 @@ def test_vllm_serves_the_method_as_evaluated_offline(
             **extra,
         ),
         log=lambda s: None,
-    )
+    ).drafter
     common = ["eval", "--target", str(toy_tiny), "--drafter", str(drafter), "--input"]
     common += [str(toy_samples), "--k", "3", "--max-new-tokens", "48", "--limit", "1"]
     offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])

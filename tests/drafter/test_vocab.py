@@ -68,7 +68,7 @@ def test_eyas_train_reports_the_coverage_of_its_draft_vocabulary(tmp_path, toy_t
 
     lines: list[str] = []
     cfg = toy_train_config(toy_tiny, tmp_path, data=toy_samples, steps=1, draft_vocab=None)
-    out = run_train(cfg, log=lines.append)
+    out = run_train(cfg, log=lines.append).drafter
     said = [line for line in lines if line.startswith("draft vocabulary:")]
     assert said == [
         "draft vocabulary: 1024 of 1024 tokens, covering 100.00% of the supervised "

@@ -51,7 +51,7 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, toy_tiny, toy_samples):
         pass
 
     def die_at_3(m):
-        if m["step"] == 3:
+        if m.step == 3:
             raise Killed  # step 3 is logged, its checkpoint (at 4) never written
 
     first = Trainer(cfg, log=lambda s: None)
@@ -68,7 +68,7 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, toy_tiny, toy_samples):
     # steps 1-2 from the first run, 3-5 from the resumed one (its step 3, not the killed one's)
     assert sorted(losses) == [1, 2, 3, 4, 5]
     assert {s: losses[s] for s in (3, 4, 5)} == pytest.approx(
-        {m["step"]: m["loss"] for m in history}, rel=1e-6
+        {m.step: m.loss for m in history}, rel=1e-6
     )
 
 

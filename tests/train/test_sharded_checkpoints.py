@@ -210,7 +210,7 @@ def test_activation_checkpointing_changes_memory_not_results(toy_tiny, toy_sampl
             toy_tiny, tmp_path / mode, data=toy_samples, steps=2, activation_checkpointing=mode
         )
         run_train(cfg, log=lambda s: None, on_step=hist.append)
-        runs[mode] = [m["loss"] for m in hist]
+        runs[mode] = [m.loss for m in hist]
     assert runs["on"] == pytest.approx(runs["off"], rel=1e-5)
 
 

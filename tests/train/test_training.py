@@ -15,11 +15,16 @@ from eyas.export.drafter import export_drafter
 from eyas.export.samples import export_samples
 from eyas.export.validate import ExportError, check_export
 from eyas.train.loop import Trainer, run_train
+from eyas.train.result import StepMetrics
 from train_helpers import toy_train_config
 
 
 def cfg(toy_tiny, toy_samples, out, **kw):
     return toy_train_config(toy_tiny, out, data=toy_samples, **kw)
+
+
+ROW = ["step", "loss", "lr", "grad_norm", "per_step_loss", "per_step_acc", "draft_vocab_coverage"]
+ROW += ["trained_positions", "elapsed_s", "acceptance_estimate"]
 
 
 def losses(path):
@@ -46,19 +51,19 @@ def test_overfit_twenty_samples(tmp_path, toy_tiny, toy_samples):
         log=lambda s: None,
         on_step=history.append,
     )
-    assert history[-1]["per_step_acc"][0] >= 0.9, history[-1]
-    assert history[-1]["loss"] < history[0]["loss"] / 3
+    assert history[-1].per_step_acc[0] >= 0.9, history[-1]
+    assert history[-1].loss < history[0].loss / 3
 
 
 def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_samples):
-    full = run_train(cfg(toy_tiny, toy_samples, tmp_path / "full"), log=lambda s: None)
+    full = run_train(cfg(toy_tiny, toy_samples, tmp_path / "full"), log=lambda s: None).drafter
     reference = losses(tmp_path / "full" / "metrics.jsonl")
 
     class Killed(Exception):
         pass
 
     def die_at_5(m):
-        if m["step"] == 5:
+        if m.step == 5:
             raise Killed  # after the step-3 checkpoint, mid-way to the next one
 
     trainer = Trainer(cfg(toy_tiny, toy_samples, tmp_path / "resumed"), log=lambda s: None)
@@ -69,34 +74,37 @@ def test_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, toy_sampl
     resumed.setup()
     assert resumed.step == 3
     history = resumed.train()
-    assert [m["step"] for m in history] == [4, 5, 6]
+    assert [m.step for m in history] == [4, 5, 6]
     for m in history:
-        assert m["loss"] == pytest.approx(reference[m["step"]], rel=1e-6, abs=1e-7)
+        assert m.loss == pytest.approx(reference[m.step], rel=1e-6, abs=1e-7)
     a = load_file(str(full / "model.safetensors"))
     b = load_file(str(resumed.finish() / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     # metrics.jsonl is one curve: the killed run's rows after its checkpoint (4, 5) were cut
-    logged = [
+    rows = [
         json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [m["step"] for m in logged] == [1, 2, 3, 4, 5, 6]
-    assert [m["loss"] for m in logged] == pytest.approx(
-        [reference[s] for s in range(1, 7)], rel=1e-6
-    )
+    logged = [StepMetrics.from_dict(r) for r in rows]
+    assert [m.to_dict() for m in logged] == rows  # the typed step is the row, key for key
+    assert [list(r) for r in rows] == [
+        ROW + (["checkpoint"] if m.checkpoint else []) for m in logged
+    ]
+    assert [m.step for m in logged] == [1, 2, 3, 4, 5, 6]
+    assert [m.loss for m in logged] == pytest.approx([reference[s] for s in range(1, 7)], rel=1e-6)
     # accuracies resume too, and the estimate is 1 + Σ_k Π_{j<=k} acc_j of the logged ones
     uninterrupted = {
         m["step"]: m
         for m in map(json.loads, (tmp_path / "full" / "metrics.jsonl").read_text().splitlines())
     }
     for m in logged:
-        assert m["per_step_acc"] == pytest.approx(uninterrupted[m["step"]]["per_step_acc"])
+        assert m.per_step_acc == pytest.approx(uninterrupted[m.step]["per_step_acc"])
         implied, run = 1.0, 1.0
-        for acc in m["per_step_acc"]:
+        for acc in m.per_step_acc:
             run *= acc
             implied += run
-        assert m["acceptance_estimate"] == pytest.approx(implied, abs=1e-4)
-    assert any(m["acceptance_estimate"] > 1.0 for m in logged)  # some drafts were right
-    assert [m.get("checkpoint", False) for m in logged] == [False, False, True, False, False, True]
+        assert m.acceptance_estimate == pytest.approx(implied, abs=1e-4)
+    assert any(m.acceptance_estimate > 1.0 for m in logged)  # some drafts were right
+    assert [m.checkpoint for m in logged] == [False, False, True, False, False, True]
 
 
 def _train_cli(config, nproc: int, port: int = 29517) -> str:
@@ -205,7 +213,13 @@ def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_s
 
 
 def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_samples):
-    drafter_dir = run_train(cfg(toy_tiny, toy_samples, tmp_path / "t", steps=2), log=lambda s: None)
+    trained = run_train(cfg(toy_tiny, toy_samples, tmp_path / "t", steps=2), log=lambda s: None)
+    drafter_dir = trained.drafter
+    assert drafter_dir == tmp_path / "t" / "drafter" and trained.steps == 2
+    assert [m.step for m in trained.history] == [1, 2] and trained.history[-1].checkpoint
+    assert trained.to_dict()["history"] == [
+        json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
+    ]
     for fmt in ("sglang", "vllm"):
         out = export_drafter(drafter_dir, fmt, tmp_path / fmt)
         summary = check_export(out)

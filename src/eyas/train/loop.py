@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -65,6 +66,7 @@ from eyas.train.data import (
 )
 from eyas.train.metrics import MetricsWriter, acceptance_estimate, truncate_metrics
 from eyas.train.plan import FILLER_TOKENS, BatchPlan
+from eyas.train.result import StepMetrics, TrainResult
 from eyas.train.target import CapturedTarget, OnlineTarget
 
 
@@ -457,7 +459,7 @@ class Trainer:
         seam for bench_train, which times the drafter step on precomputed target outputs)."""
         return self.target(ids, seqs)
 
-    def _train_step(self) -> dict:
+    def _train_step(self) -> dict[str, Any]:
         cfg = self.cfg
         if self.stream is not None:
             self._stream_ready([self.batches_done + m for m in range(cfg.grad_accum)])
@@ -533,21 +535,21 @@ class Trainer:
             "trained_positions": int(counts[0]),
         }
 
-    def train(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+    def train(self, on_step: Callable[[StepMetrics], None] | None = None) -> list[StepMetrics]:
         metrics = MetricsWriter(self.cfg, self.step, self.rank)  # + TensorBoard, W&B, MLflow
         history = []
         start = time.time()
         while self.step < self.cfg.steps:
-            m = self._train_step()
-            m["elapsed_s"] = round(time.time() - start, 3)
-            m["acceptance_estimate"] = acceptance_estimate(m["per_step_acc"])
-            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
-                m["checkpoint"] = True
+            row = self._train_step()
+            row["elapsed_s"] = round(time.time() - start, 3)
+            row["acceptance_estimate"] = acceptance_estimate(row["per_step_acc"])
+            checkpoint = self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps
+            m = StepMetrics.from_dict({**row, "checkpoint": checkpoint})
             history.append(m)
-            metrics.write(m)
+            metrics.write(m.to_dict())
             if on_step:
                 on_step(m)
-            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+            if checkpoint:
                 self.save_checkpoint()
         return history
 
@@ -626,16 +628,16 @@ class Trainer:
 def run_train(
     cfg: TrainConfig,
     log: Callable[[str], None] = print,
-    on_step: Callable[[dict], None] | None = None,
-) -> Path:
+    on_step: Callable[[StepMetrics], None] | None = None,
+) -> TrainResult:
     cfg.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, log)
     failed = True
     try:  # a failed setup also leaves the process group
         trainer.setup()
-        trainer.train(on_step)
+        history = trainer.train(on_step)
         out = trainer.finish()
         failed = False
-        return out
+        return TrainResult(drafter=out, steps=trainer.step, history=history)
     finally:
         trainer.cleanup(failed)
