@@ -696,8 +696,8 @@ def quickstart(cfg: QuickstartConfig) -> None:
     from eyas.quickstart import run_quickstart
 
     result = run_quickstart(cfg.out, cfg.rows, console=console)
-    if result["failures"]:
-        for failure in result["failures"]:
+    if result.failures:
+        for failure in result.failures:
             console.print(f"[bold red]quickstart check failed:[/] {failure}")
         raise typer.Exit(1)
 

@@ -25,6 +25,7 @@ import html
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -43,7 +44,7 @@ from eyas.config import (
     config_toml,
 )
 from eyas.evaluate.result import EvalResult, EvalRun, Figures
-from eyas.generate.prepare import prepare
+from eyas.generate.prepare import PreparedDataset, prepare
 from eyas.generate.run import run_generate
 from eyas.records import Conversation
 from eyas.render.renderer import Renderer
@@ -169,7 +170,7 @@ def run_quickstart(
     ab_steps: int = 80,
     eval_limit: int = 10,
     k: int = 3,
-) -> dict:
+) -> QuickstartResult:
     from eyas.config import EvalConfig, TrainConfig
     from eyas.evaluate.run import run_eval
     from eyas.export.drafter import export_drafter
@@ -320,19 +321,36 @@ def run_quickstart(
     )
     failures = quickstart_failures(native, naive, margin, evals, ab)
     say("done" if not failures else f"done, {len(failures)} check(s) failed")
-    return {
-        "failures": failures,
-        "native_verdict": native.verdict,
-        "native_quarantined": len(native.quarantine),
-        "naive_verdict": naive.verdict,
-        "naive_systemic_checks": naive_checks,
-        "report": str(report),
-        "acceptance_length": evals["native"].acceptance_length,
-        "lossless": evals["native"].lossless,
-        "ab": {n: r.acceptance_length for n, r in ab.items()},
-        "model_dir": str(model_dir),
-        "summary": summary,
-    }
+    return QuickstartResult(
+        failures=failures,
+        native_verdict=native.verdict,
+        native_quarantined=len(native.quarantine),
+        naive_verdict=naive.verdict,
+        naive_systemic_checks=naive_checks,
+        report=report,
+        acceptance_length=evals["native"].acceptance_length,
+        lossless=evals["native"].lossless,
+        ab={n: r.acceptance_length for n, r in ab.items()},
+        model_dir=model_dir,
+        summary=summary,
+    )
+
+
+@dataclass(frozen=True)
+class QuickstartResult:
+    """What `run_quickstart` found; `failures` empty when the structural outcome holds."""
+
+    failures: list[str]
+    native_verdict: str
+    native_quarantined: int
+    naive_verdict: str
+    naive_systemic_checks: list[str]
+    report: Path
+    acceptance_length: float  # the native drafter, every held-out dataset
+    lossless: bool | None
+    ab: dict[str, float]  # B1 drafter -> acceptance length on native prompts
+    model_dir: Path
+    summary: dict[str, PreparedDataset]
 
 
 REPORT_TITLE = "eyas quickstart: audit, acceptance and the native-vs-naive A/B"
