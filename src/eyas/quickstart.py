@@ -283,14 +283,13 @@ def run_quickstart(
         "per position",
         title=f"quickstart: native rendering (chain K={k}, T=0)",
     )
-    datasets = native.to_dict()["datasets"]
-    for name, d in datasets.items():
+    for name, d in native.dataset_profiles().items():
         fs = [f for f in native.findings if f.dataset == name]
         e = evals["native"].datasets.get(name)
         table.add_row(
             name,
-            str(d["samples"]),
-            f"{d['quarantined_share']:.1%}",
+            str(d.samples),
+            f"{d.quarantined_share:.1%}",
             str(sum(f.severity == "error" and f.systemic for f in fs)),
             f"{e.acceptance_length if e else 0:.3f}",
             " ".join(f"{p:.2f}" for p in (e.per_position if e else [])),

@@ -5,12 +5,12 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from eyas.audit.run import AuditResult
+from eyas import __version__
+from eyas.audit.run import AuditResult, LengthStats
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -47,17 +47,16 @@ def print_summary(result: AuditResult, console: Console) -> None:
         "systemic errors",
         title=f"audit: {result.table.source}",
     )
-    data = result.to_dict()["datasets"]
-    for name, d in data.items():
+    for name, d in result.dataset_profiles().items():
         fs = by_dataset[name]
         overview.add_row(
             name,
-            str(d["samples"]),
-            f"{d['prompt'].get('median', 0):.0f}",
-            f"{d['output'].get('median', 0):.0f}",
-            f"{d['output'].get('p99', 0):.0f}",
-            " ".join(f"{k}:{v}" for k, v in sorted(d["finish_reasons"].items())),
-            f"{d['quarantined_share']:.1%}",
+            str(d.samples),
+            f"{d.prompt.median:.0f}",
+            f"{d.output.median:.0f}",
+            f"{d.output.p99:.0f}",
+            " ".join(f"{k}:{v}" for k, v in sorted(d.finish_reasons.items())),
+            f"{d.quarantined_share:.1%}",
             str(sum(f.severity == "error" and f.systemic for f in fs)),
         )
     console.print(overview)
@@ -96,8 +95,8 @@ def _examples_html(f) -> str:
     return "<br>".join(out)
 
 
-def _histogram_svg(hist: dict[str, Any], color: str, width: int = 320, height: int = 90) -> str:
-    counts, edges = hist.get("counts") or [], hist.get("edges") or []
+def _histogram_svg(stats: LengthStats, color: str, width: int = 320, height: int = 90) -> str:
+    counts, edges = stats.histogram_counts, stats.histogram_edges
     if not counts:
         return ""
     peak = max(counts) or 1
@@ -132,7 +131,6 @@ def write_html(
 ) -> Path:
     """The report; `extra_html` (already escaped) is appended, e.g. the quickstart's eval,
     and `title` names the page (the quickstart's report is more than an audit)."""
-    data = result.to_dict()
     rows = []
     for f in result.findings:
         if f.reason == "distribution":
@@ -143,16 +141,16 @@ def write_html(
             f"<td>{html.escape(f.message)}</td><td>{_examples_html(f)}</td></tr>"
         )
     cards = []
-    for name, d in data["datasets"].items():
+    for name, d in result.dataset_profiles().items():
         cards.append(
-            f'<div class="card"><h3>{html.escape(name)} <small>{d["samples"]} samples</small></h3>'
-            f"<p>prompt tokens (median {d['prompt'].get('median', 0):.0f}, p99 "
-            f"{d['prompt'].get('p99', 0):.0f})</p>{_histogram_svg(d['prompt'].get('histogram', {}), '#58c')}"
-            f"<p>output tokens (median {d['output'].get('median', 0):.0f}, p99 "
-            f"{d['output'].get('p99', 0):.0f}, {d['output'].get('share_under_500', 0):.0%} under 500)"
-            f"</p>{_histogram_svg(d['output'].get('histogram', {}), '#c85')}"
-            f"<p>finish reasons</p>{_finish_bars(d['finish_reasons'])}"
-            f"<p>quarantined: {d['quarantined_share']:.1%}</p></div>"
+            f'<div class="card"><h3>{html.escape(name)} <small>{d.samples} samples</small></h3>'
+            f"<p>prompt tokens (median {d.prompt.median:.0f}, p99 "
+            f"{d.prompt.p99:.0f})</p>{_histogram_svg(d.prompt, '#58c')}"
+            f"<p>output tokens (median {d.output.median:.0f}, p99 "
+            f"{d.output.p99:.0f}, {d.output.share_under_500:.0%} under 500)"
+            f"</p>{_histogram_svg(d.output, '#c85')}"
+            f"<p>finish reasons</p>{_finish_bars(d.finish_reasons)}"
+            f"<p>quarantined: {d.quarantined_share:.1%}</p></div>"
         )
     verdict = html.escape(verdict_line(result))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -167,9 +165,9 @@ tr.error td{{background:#fde8e8}} tr.warning td{{background:#fff6dd}} tr.info td
 h1 small,h3 small{{color:#888;font-weight:normal}}
 .detail{{font-family:monospace;white-space:pre-wrap;color:#555}}
 </style></head><body>
-<h1>{html.escape(title)} <small>{html.escape(data["input"])}</small></h1>
-<p><b>{verdict}</b> · {data["num_samples"]} samples · profile {html.escape(data["profile"])} ·
-eyas {data["eyas_version"]}</p>
+<h1>{html.escape(title)} <small>{html.escape(result.table.source)}</small></h1>
+<p><b>{verdict}</b> · {len(result.table)} samples · profile {html.escape(result.profile)} ·
+eyas {__version__}</p>
 <h2>Datasets</h2><div class="cards">{"".join(cards)}</div>
 <h2>Findings</h2><table><tr><th>check</th><th>severity</th><th>kind</th><th>dataset</th><th>count</th>
 <th>message</th><th>example ids</th></tr>{"".join(rows)}</table>

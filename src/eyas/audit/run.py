@@ -32,6 +32,46 @@ from eyas.store import SampleTable, load_table
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCOMPLETE": 3}
 
 
+@dataclass(frozen=True)
+class LengthStats:
+    """Token lengths of one dataset's prompts or outputs (`checks_data.length_stats`; all zero
+    for a dataset without samples)."""
+
+    median: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    max: int = 0
+    mean: float = 0.0
+    share_under_500: float = 0.0
+    histogram_counts: tuple[int, ...] = ()
+    histogram_edges: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LengthStats:
+        hist = d.get("histogram") or {}
+        scalars = {k: d[k] for k in ("median", "p90", "p99", "max", "mean", "share_under_500")}
+        return cls(
+            **(scalars if d else {}),
+            histogram_counts=tuple(hist.get("counts", ())),
+            histogram_edges=tuple(hist.get("edges", ())),
+        )
+
+
+@dataclass(frozen=True)
+class DatasetProfile:
+    """One dataset's `datasets.<name>` entry of the audit report, typed: its samples, the share
+    quarantined, the length distributions and the finish reasons."""
+
+    samples: int
+    quarantined_share: float
+    prompt: LengthStats
+    output: LengthStats
+    finish_reasons: dict[str, int]
+    at_cap: int  # outputs that stopped exactly at max_new_tokens
+    source_chars_median: float | None = None  # with a tokenizer: the source's assistant turns
+    output_chars_median: float | None = None
+
+
 @dataclass
 class AuditResult:
     table: SampleTable
@@ -66,6 +106,22 @@ class AuditResult:
         for row in self.quarantine:
             counts[row["dataset"]].add(row["id"])
         return {d: round(len(counts[d]) / n, 4) for d, n in sorted(totals.items())}
+
+    def dataset_profiles(self) -> dict[str, DatasetProfile]:
+        """The report's `datasets` entries as typed profiles (what `to_dict` writes)."""
+        return {
+            name: DatasetProfile(
+                samples=d["samples"],
+                quarantined_share=d["quarantined_share"],
+                prompt=LengthStats.from_dict(d["prompt"]),
+                output=LengthStats.from_dict(d["output"]),
+                finish_reasons=dict(d["finish_reasons"]),
+                at_cap=d["at_cap"],
+                source_chars_median=d.get("source_chars_median"),
+                output_chars_median=d.get("output_chars_median"),
+            )
+            for name, d in self.to_dict()["datasets"].items()
+        }
 
     def to_dict(self) -> dict[str, Any]:
         datasets = {}
