@@ -259,24 +259,21 @@ class Trainer:
         self.method.check_aux_layers(aux, tmodel.num_layers)
 
     def _start_stream(self) -> None:
-        from eyas.backends.policy import ClientPolicy
         from eyas.backends.registry import backend_class, open_pool
         from eyas.capture.run import capture_settings
         from eyas.train.stream import CaptureStream
 
         cfg = self.cfg
         remote = backend_class(cfg.capture_backend).remote
-        if remote and not cfg.capture_urls:
+        server = cfg.capture_server
+        if remote and not server.urls and server.url_file is None:
             raise EyasError(
                 "bad_flag", f"--capture-backend {cfg.capture_backend} needs --capture-url"
             )
         settings = capture_settings(cfg.target, self.stream_layers, cfg.trust_remote_code)
-        policy = ClientPolicy(concurrency=cfg.capture_concurrency, adaptive=remote)
 
         def pool():  # every --capture-url, under the client policy; closed with the stream
-            return open_pool(
-                cfg.capture_backend, settings, cfg.capture_urls, policy, operation="capture"
-            )
+            return open_pool(cfg.capture_backend, settings, server, operation="capture")
 
         # every rank captures the share it trains, into a spool only it reads (local disk)
         spool = cfg.spool_dir or cfg.out / "spool"
