@@ -189,7 +189,9 @@ def _parameter(model: type[BaseModel], name: str, spec: Flag | Arg) -> inspect.P
     annotation = _annotation(field)
     info: Any
     if isinstance(spec, Arg):
-        info = typer.Argument(help=_help(field, spec, default), metavar=spec.option, show_default=False)
+        info = typer.Argument(
+            help=_help(field, spec, default), metavar=spec.option, show_default=False
+        )
     else:
         names = [spec.option]
         if annotation is bool:

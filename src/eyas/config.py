@@ -258,9 +258,7 @@ def server_option_keys() -> tuple[tuple[str, str], ...]:
     flags each server-talking command generates (`eyas train` prefixes them `capture-`)."""
     keys = [k for k in ServerConfig.model_fields if k != "retry"]
     keys += [f"retry.{k}" for k in RetryConfig.model_fields]
-    return tuple(
-        (k, _SERVER_OPTION_NAMES.get(k, k.split(".")[-1].replace("_", "-"))) for k in keys
-    )
+    return tuple((k, _SERVER_OPTION_NAMES.get(k, k.split(".")[-1].replace("_", "-"))) for k in keys)
 
 
 def _server_defaults(**kw: Any) -> Callable[[], ServerConfig]:
@@ -273,9 +271,7 @@ def _server_defaults(**kw: Any) -> Callable[[], ServerConfig]:
     return make
 
 
-def _legacy_server_keys(
-    data: Any, where: str, moved: dict[str, str], command: str
-) -> Any:
+def _legacy_server_keys(data: Any, where: str, moved: dict[str, str], command: str) -> Any:
     """Accept a config written before the server settings had one home: each old key of
     `moved` (old -> new, dotted under `where`) is moved there. Giving both the old and the
     new key is refused (which one should win?)."""

@@ -14,7 +14,6 @@ commits what is done (after at most TERM_GRACE_S of finishing what is in flight)
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from pathlib import Path
