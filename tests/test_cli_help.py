@@ -62,11 +62,11 @@ def test_help_shows_keys_requirements_and_no_internal_names(path):
 
 
 def test_shared_server_settings_show_each_commands_own_default():
-    """capture and train's streamed capture default to 8 in flight and 4 attempts, generate and
-    eval to the shared model's 5 attempts (one ServerConfig, defaults per command)."""
+    """capture and train's streamed capture default to 8 in flight, capture to 4 attempts,
+    generate and eval to the shared model's 5 (one ServerConfig, defaults per command)."""
     assert "[server.concurrency; default 8]" in _help(("capture",))
     assert "[server.retry.max_attempts; default 4]" in _help(("capture",))
-    assert "[capture_server.retry.max_attempts; default 4]" in _help(("train",))
+    assert "[capture_server.concurrency; default 8]" in _help(("train",))
     assert "[backend.retry.max_attempts; default 5]" in _help(("generate",))
     assert "[server.retry.max_attempts; default 5]" in _help(("eval",))
 

@@ -271,12 +271,45 @@ def _server_defaults(**kw: Any) -> Callable[[], ServerConfig]:
     return make
 
 
-def _legacy_server_keys(data: Any, where: str, moved: dict[str, str], command: str) -> Any:
-    """Accept a config written before the server settings had one home: each old key of
-    `moved` (old -> new, dotted under `where`) is moved there. Giving both the old and the
-    new key is refused (which one should win?)."""
-    if not isinstance(data, dict) or not any(k in data for k in moved):
+def _server_input(
+    model: type[BaseModel], data: Any, where: str, moved: dict[str, str], command: str
+) -> Any:
+    """The raw input of a command's `ServerConfig` at `where`, before validation:
+
+    - a config written before the server settings had one home still loads: each old key of
+      `moved` (old -> new, dotted under `where`) is moved there; giving both the old and the
+      new key is refused (which one should win?);
+    - the keys given are laid over the command's own defaults (its default_factory), so
+      `--timeout 60` keeps capture's 8 in flight rather than the shared model's default.
+    """
+    if not isinstance(data, dict):
         return data
+    data = dict(data)
+    server = data.get(where)
+    if server is not None and not isinstance(server, dict):
+        return data  # a ServerConfig already built
+    server = dict(server or {})
+    for old, new in moved.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        node = server
+        *parents, leaf = new.split(".")
+        for part in parents:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
+            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
+            if any(node[leaf][k] != value[k] for k in node[leaf]):
+                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        elif leaf in node and node[leaf] != value:
+            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        node[leaf] = value
+    if where in data or server:
+        own = model.model_fields[where].default_factory().model_dump(exclude_unset=True)
+        retry = {**own.pop("retry", {}), **(server.get("retry") or {})}
+        data[where] = {**own, **server, **({"retry": retry} if retry else {})}
+    return data
     data = dict(data)
     server = data.get(where)
     server = dict(server) if isinstance(server, dict) else {}
@@ -491,8 +524,10 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     capture_backend: CaptureEngine = Field(
         "local", description="with --capture-ahead: where the states are captured (local, vllm)"
     )
+    # 8 in flight per server as `eyas capture`; the other defaults are those streamed capture
+    # had before it took these settings (5 attempts, 600 s to wait for the servers)
     capture_server: ServerConfig = Field(
-        default_factory=_server_defaults(concurrency=8, ready_timeout_s=300.0, max_attempts=4),
+        default_factory=_server_defaults(concurrency=8),
         description="with --capture-ahead: the capture servers and how they are asked (the "
         "same settings as `eyas capture`'s, flags prefixed --capture-)",
     )
@@ -595,7 +630,7 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _legacy_server_keys(data, "capture_server", _TRAIN_LEGACY, "train")
+        return _server_input(cls, data, "capture_server", _TRAIN_LEGACY, "train")
 
     @field_validator("aux_layers")
     @classmethod
@@ -701,7 +736,7 @@ class CaptureConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _legacy_server_keys(data, "server", _CAPTURE_LEGACY, "capture")
+        return _server_input(cls, data, "server", _CAPTURE_LEGACY, "capture")
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
@@ -794,7 +829,7 @@ class EvalConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _legacy_server_keys(data, "server", _EVAL_LEGACY, "eval")
+        return _server_input(cls, data, "server", _EVAL_LEGACY, "eval")
 
     @field_validator("baseline_urls")
     @classmethod

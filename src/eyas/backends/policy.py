@@ -468,6 +468,7 @@ class ServerPool:
             "failure_reasons": dict(self.failure_reasons),
             "stopped_reason": self.stopped_reason,
             "timeout_s": self.policy.timeout_s,
+            "max_attempts": self.policy.max_attempts,
         }
 
     # -- one request ----------------------------------------------------------------------------
