@@ -268,7 +268,8 @@ class Trainer:
         server = cfg.capture_server
         if remote and not server.urls and server.url_file is None:
             raise EyasError(
-                "bad_flag", f"--capture-backend {cfg.capture_backend} needs --capture-url"
+                "bad_flag",
+                f"--capture-backend {cfg.capture_backend} needs --capture-url or --capture-url-file",
             )
         settings = capture_settings(cfg.target, self.stream_layers, cfg.trust_remote_code)
 
