@@ -11,6 +11,7 @@ itself (`Choices`), so a new entry there is a new valid value everywhere.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable
@@ -239,8 +240,6 @@ class ServerConfig(_Strict):
 
     def api_key(self) -> str | None:
         """The key from `api_key_env` (read when the pool opens, never stored)."""
-        import os
-
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
     def serving(self, urls: list[str]) -> ServerConfig:
