@@ -171,3 +171,31 @@ def test_streamed_capture_retries_a_failed_request_with_its_settings(
     assert (client["timeout_s"], client["max_attempts"]) == (42.0, 2), client
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(m.get("step", 0) for m in metrics) == 2, metrics[-1]
+
+
+def test_eval_asks_its_baseline_servers_with_the_same_settings(
+    pools, tmp_path, toy_tiny, toy_samples
+):
+    """The baseline run (the target without a drafter, at --baseline-url) goes through a pool
+    with eval's server settings, at the baseline URLs only (never the url file's servers,
+    which serve the drafter)."""
+    import asyncio
+
+    from eyas.errors import RefusedError
+    from eyas.evaluate.prompts import Rounds
+    from eyas.evaluate.served import _served_run
+
+    base = "http://127.0.0.1:10"
+    server = {"urls": [URL], "url_file": tmp_path / "u.txt", "timeout_s": 3.0}
+    server.update(retry={"max_attempts": 2}, concurrency=6)
+    cfg = EvalConfig(
+        target=toy_tiny, drafter=tmp_path, input=toy_samples, backend="sglang", server=server,
+        baseline_urls=[base],
+    )  # fmt: skip
+    prompts = [{"id": f"p{i}", "dataset": "d", "prompt_ids": [1, 2]} for i in range(3)]
+    with pytest.raises(RefusedError):
+        asyncio.run(_served_run(cfg, cfg.baseline_urls, Rounds(prompts), None))
+    pool = pools[-1]
+    assert [s.backend.url for s in pool.servers] == [base] and pool.url_file is None
+    p = pool.policy
+    assert (p.timeout_s, p.max_attempts, p.concurrency, p.adaptive) == (3.0, 2, 6, False)
