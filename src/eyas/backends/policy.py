@@ -45,10 +45,13 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eyas.backends.base import Backend, Progress
 from eyas.backends.reasons import BackendError
+
+if TYPE_CHECKING:
+    from eyas.config import ServerConfig
 
 T = TypeVar("T")
 
@@ -70,7 +73,9 @@ class ClientPolicy:
         return min(5.0, max(0.05, self.timeout_s / 10))
 
     @classmethod
-    def from_config(cls, server: Any, *, concurrency: int, adaptive: bool = True) -> ClientPolicy:
+    def from_config(
+        cls, server: ServerConfig, *, concurrency: int, adaptive: bool = True
+    ) -> ClientPolicy:
         """From an `eyas.config.ServerConfig`: its settings, with `concurrency` when it sets
         none; `adaptive=False` (an in-process engine) turns the adaptive limit off."""
         retry = server.retry
@@ -269,7 +274,7 @@ class ServerPool:
     @classmethod
     def from_config(
         cls,
-        server: Any,
+        server: ServerConfig,
         backends: list[Backend],
         *,
         concurrency: int,
