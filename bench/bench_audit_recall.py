@@ -8,7 +8,8 @@
    The planted corpus names each bug's check where it writes the bug, so a full score shows
    the checks still catch what they were built for, not how well the audit finds bugs it was
    not written against. False positives: the share of clean samples and controls a check
-   flags at all.
+   flags at all, except a warning a control rightly gets (`CONTROL_WARNINGS`: a healthy
+   output cut at max_new_tokens is told it was cut, and trains).
 2. Blind cases (`audit_blind_cases.py`): broken samples written from descriptions of how data
    goes wrong, naming no check; caught when the audit flags the sample at all. This is the
    recall figure; every miss is listed.
@@ -34,7 +35,7 @@ from eyas.audit import AuditOptions, run_audit
 from eyas.audit.check import CHECKS
 from eyas.render import Renderer
 from eyas.sources import convert_rows
-from eyas.testing.planted import CONTROLS, PLANTS, World
+from eyas.testing.planted import CONTROL_WARNINGS, CONTROLS, PLANTS, World
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
 from eyas.toy.tokenizer import save_tokenizer, train_tokenizer
@@ -65,6 +66,11 @@ def _flagged(samples, model_dir: Path, tmp: Path) -> dict[tuple[str, str], set[s
     return out
 
 
+def expected(controls: dict[str, str], sample_id: str) -> set[tuple[str, str]]:
+    """The warnings a control is rightly given (none for a clean sample)."""
+    return CONTROL_WARNINGS.get(controls.get(sample_id, ""), set())
+
+
 def recall(variants: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -90,11 +96,14 @@ def recall(variants: int) -> dict:
                 if chk != check:
                     false_pos[chk] |= {f"{name}/{i}" for i in ids & clean_ids}
             clean_seen += len(clean_ids)
-        controls = [CONTROLS[c](w, v) for c in CONTROLS for v in range(variants)]
-        flagged = _flagged([*w.clean, *controls], model_dir, tmp)
-        negatives = clean_ids | {s.id for s in controls}
-        for (chk, _), ids in flagged.items():
-            false_pos[chk] |= {f"controls/{i}" for i in ids & negatives}
+        samples = [(c, CONTROLS[c](w, v)) for c in CONTROLS for v in range(variants)]
+        controls = {s.id: c for c, s in samples}
+        flagged = _flagged([*w.clean, *(s for _, s in samples)], model_dir, tmp)
+        negatives = clean_ids | set(controls)
+        for (chk, reason), ids in flagged.items():
+            # a control's expected warning (a healthy cut output told it was cut) is no FP
+            wrong = {i for i in ids & negatives if (chk, reason) not in expected(controls, i)}
+            false_pos[chk] |= {f"controls/{i}" for i in wrong}
         clean_seen += len(negatives)
     per_check = {}
     for chk in sorted(CHECKS):

@@ -66,3 +66,14 @@ def test_top_level_help_lists_every_command():
     text = _help(())
     for path in COMMANDS:
         assert path[0] in text
+
+
+def test_the_cli_starts_without_torch_or_transformers():
+    """Every `eyas` process (each job of a cluster run, each subprocess test) pays for what the
+    CLI imports at start: torch and transformers load only inside the commands that use them."""
+    import subprocess
+    import sys
+
+    code = "import sys, eyas.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -533,6 +533,7 @@ def _given_target(target: Path | None) -> None:
     "step",
     "target",
     "speculative_tokens",
+    "engine_version",
 )
 def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
     """Export a drafter for SGLang or vLLM, then validate it."""
@@ -541,7 +542,13 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
 
     _given_target(cfg.target)
     path = export_drafter(
-        cfg.checkpoint, cfg.format, cfg.out, cfg.target, cfg.speculative_tokens, cfg.step
+        cfg.checkpoint,
+        cfg.format,
+        cfg.out,
+        cfg.target,
+        cfg.speculative_tokens,
+        cfg.step,
+        engine_version=cfg.engine_version,
     )
     console.print(f"{cfg.format} export -> {path}; validated: {check_export(path, cfg.target)}")
 

@@ -863,6 +863,21 @@ class ExportDrafterConfig(_Strict):
     step: int | None = Field(None, ge=0, description="export checkpoint step N instead")
     target: Path | None = Field(None, description="target dir (default: from training)")
     speculative_tokens: int = Field(3, ge=1, description="vllm: draft tokens per step")
+    engine_version: str | None = Field(
+        None,
+        description="the serving engine's version, where the layout depends on it "
+        "(sglang: EAGLE-3.1 needs 0.5.12 or later)",
+    )
+
+    @field_validator("engine_version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return None if v is None else str(Version(v))
+        except InvalidVersion:
+            raise ValueError(f"engine_version takes a version such as 0.5.23, not {v!r}") from None
 
 
 class ExportCheckConfig(_Strict):

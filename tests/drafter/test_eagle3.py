@@ -1,6 +1,7 @@
 """EAGLE-3 and EAGLE-3.1 through the method interface: the incremental decode equals the TTT
 forward it was trained with, EAGLE-3.1's two fixes change what they must, and its layouts are
-written and read in the keys vLLM and speculators use (SGLang's refused)."""
+written and read in the keys vLLM, speculators and SGLang (0.5.12 on, when the user says so)
+use."""
 
 import json
 
@@ -92,7 +93,7 @@ def test_eagle3_1_options_are_the_two_fixes():
         assert not torch.allclose(normed, fed)
 
 
-def test_eagle3_1_writes_the_speculators_keys_vllm_reads_and_refuses_sglang(tmp_path):
+def test_eagle3_1_writes_the_speculators_keys_vllm_reads_and_sglang_only_when_it_can(tmp_path):
     model = tiny(True)
     save_drafter(model, tmp_path / "d", {})
     out = export_drafter(tmp_path / "d", "vllm", tmp_path / "vllm")
@@ -105,10 +106,13 @@ def test_eagle3_1_writes_the_speculators_keys_vllm_reads_and_refuses_sglang(tmp_
     weights = load_file(str(out / "model.safetensors"))
     assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(weights)
     assert check_export(out)["method"] == "eagle3.1"
-    with pytest.raises(RefusedError) as err:
-        export_drafter(tmp_path / "d", "sglang", tmp_path / "sglang")
-    assert err.value.reason == "export_unsupported" and "llama_eagle3.py" in err.value.detail
-    assert not (tmp_path / "sglang" / "config.json").exists()
+    # SGLang: only for a version that reads fc_norm and norm_output (0.5.12 on)
+    for version in (None, "0.5.11"):
+        with pytest.raises(RefusedError) as err:
+            export_drafter(tmp_path / "d", "sglang", tmp_path / "sglang", engine_version=version)
+        assert err.value.reason == "export_unsupported" and "llama_eagle3.py" in err.value.detail
+        assert "--engine-version" in err.value.detail
+        assert not (tmp_path / "sglang" / "config.json").exists()
     # the export reads back as the same drafter
     back = load_drafter(out)
     assert back.config.fc_norm and back.config.norm_output
@@ -167,3 +171,57 @@ def test_registry_names_and_defaults():
     assert get_method("eagle3.1").default_aux_layers(4) == [1, 2, 3]
     with pytest.raises(Exception, match="method"):
         get_method("eagle4")
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.23", "0.5.12.post1"])
+def test_eagle3_1_for_sglang_names_its_version_and_reads_back(tmp_path, version):
+    """The SGLang layout of an EAGLE-3.1 drafter: `fc_norm` and `norm_output` at the top level
+    (where `llama_eagle3.py` reads them), `fc_norm.{i}.weight` tensors, the lowest SGLang
+    that serves it recorded; it validates and loads back as the same drafter."""
+    model = tiny(True, seed=5)
+    save_drafter(model, tmp_path / "d", {})
+    out = export_drafter(tmp_path / "d", "sglang", tmp_path / "s", engine_version=version)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["fc_norm"] is True and cfg["norm_output"] is True
+    assert cfg["eyas"]["min_sglang_version"] == "0.5.12"
+    assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(
+        load_file(str(out / "model.safetensors"))
+    )
+    assert check_export(out)["method"] == "eagle3.1"
+    back = load_drafter(out)
+    assert back.config.fc_norm and back.config.norm_output
+    ids, aux = torch.randint(0, V, (1, 6)), torch.randn(1, 6, 3 * H)
+    with torch.no_grad():
+        want = [model.logits(h) for h in model(ids, aux, 3)]
+        got = [back.logits(h) for h in back(ids, aux, 3)]
+    assert all(torch.allclose(g, w, atol=0.15) for g, w in zip(got, want))  # bf16 weights
+    # plain EAGLE-3 needs no version and writes neither key
+    plain = tiny(False)
+    save_drafter(plain, tmp_path / "p", {})
+    cfg = json.loads(
+        (export_drafter(tmp_path / "p", "sglang", tmp_path / "ps") / "config.json").read_text()
+    )
+    assert "fc_norm" not in cfg and "min_sglang_version" not in cfg["eyas"]
+
+
+def test_an_sglang_drafter_with_legacy_aux_norm_names_loads(tmp_path):
+    """Older SGLang drafters set `use_aux_norm` and name the norms `aux_norm_{low,mid,high}`
+    (`llama_eagle3.py` `legacy_name_map`): read as fc_norm.{0,1,2}."""
+    model = tiny(True, seed=6)
+    save_drafter(model, tmp_path / "d", {})
+    out = export_drafter(tmp_path / "d", "sglang", tmp_path / "s", engine_version="0.5.23")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["use_aux_norm"] = cfg.pop("fc_norm")
+    (out / "config.json").write_text(json.dumps(cfg))
+    names = dict(enumerate(("aux_norm_low", "aux_norm_mid", "aux_norm_high")))
+    weights = load_file(str(out / "model.safetensors"))
+    for i, old in names.items():
+        weights[f"{old}.weight"] = weights.pop(f"fc_norm.{i}.weight")
+    save_file(weights, str(out / "model.safetensors"))
+    back = load_drafter(out)
+    assert back.config.fc_norm
+    for i in range(3):
+        assert torch.equal(
+            back.fc_norm[i].weight, model.fc_norm[i].weight.to(torch.bfloat16).float()
+        )

@@ -9,14 +9,17 @@ import sys
 
 import orjson
 
+from eyas.jsonl import write_json
 from eyas.records import Sample
 from eyas.store import ShardWriter, load_table
 from eyas.store.runs import (
     combined_errors,
     end_job,
     job_errors_path,
+    job_record_path,
     job_records,
     new_job_id,
+    process_start,
     start_job,
 )
 from eyas.store.shards import id_index, ids_by_job
@@ -80,3 +83,18 @@ def test_ids_by_job_names_the_writer(tmp_path):
     w.add(sample("z"))
     by_job, rows = ids_by_job(tmp_path)
     assert by_job == {w.job_id: {"z"}} and rows == 1
+
+
+def test_a_dead_job_whose_pid_was_reused_is_not_running(tmp_path):
+    """A job record names its process by pid and start time: a live process that took the dead
+    job's pid (pids are reused) does not make the job look alive."""
+    import os
+
+    me = os.getpid()
+    assert process_start(me) is not None  # Linux: /proc/<pid>/stat
+    rec = start_job(tmp_path, new_job_id(), {"shard": "0/1"})
+    assert rec["pid"] == me and rec["pid_start"] == process_start(me)
+    assert [r["state"] for r in job_records(tmp_path)] == ["running"]
+    rec["pid_start"] -= 1  # as if an earlier process with this pid had written it
+    write_json(job_record_path(tmp_path, rec["job_id"]), rec)
+    assert [r["state"] for r in job_records(tmp_path)] == ["died"]

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from eyas.backends.base import BackendError, BackendSettings, Generation, GenRequest, Progress
-from eyas.backends.hf_generate import generate_batch
 from eyas.hf_models import load_frozen_lm
+
+
+def generate_batch(*args: Any, **kwargs: Any) -> Any:
+    """`hf_generate.generate_batch`, imported on first use (torch loads with it, not at the
+    CLI's start)."""
+    from eyas.backends.hf_generate import generate_batch as run
+
+    return run(*args, **kwargs)
 
 
 class LocalBackend:

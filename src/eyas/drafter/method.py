@@ -231,9 +231,10 @@ class DraftMethod(ABC):
         target: TargetModel | None,
         target_name: str,
         speculative_tokens: int,
+        engine_version: str | None = None,
     ) -> tuple[dict, dict[str, torch.Tensor]]:
         """(config.json, tensors) of the `fmt` layout; `unsupported_export` where the engine
-        cannot serve this drafter."""
+        (at `engine_version`, when the user named one) cannot serve this drafter."""
 
     @abstractmethod
     def reads(self, config: dict) -> bool:

@@ -3,11 +3,13 @@
     eyas export drafter --checkpoint runs/x/drafter --format sglang --out exports/sglang
     eyas export drafter --checkpoint runs/x/drafter --step 400 --format vllm --out exports/s400
     eyas export drafter --checkpoint runs/x/drafter --format vllm --out exports/vllm
+    eyas export drafter --checkpoint runs/x/d31 --format sglang --engine-version 0.5.23 --out e
     eyas export check exports/sglang --target /models/Kimi-K2.5
 
 The drafter's method writes the layout (`DraftMethod.export`: EAGLE-3 as SGLang's
-`LlamaForCausalLMEagle3` or speculators `eagle3`; EAGLE-3.1 as speculators `eagle3` with
-`fc_norm` / `norm_output`, refused for SGLang, which cannot serve it; DFlash as z-lab's
+`LlamaForCausalLMEagle3` or speculators `eagle3`; EAGLE-3.1 with `fc_norm` / `norm_output`,
+for SGLang only with `--engine-version` 0.5.12 or later (older SGLang would serve another
+model); DFlash as z-lab's
 `DFlashDraftModel` or speculators `dflash`); the validator runs after every export.
 """
 
@@ -57,11 +59,13 @@ def export_drafter(
     target_dir: str | Path | None = None,
     speculative_tokens: int = 3,
     step: int | None = None,
+    engine_version: str | None = None,
 ) -> Path:
     """Write `config.json` and `model.safetensors` for `fmt`; the validator runs after.
 
     `checkpoint` is anything `load_drafter` reads: an `eyas train --out` dir (or one of its
     checkpoints with `step`), eyas's drafter dir, or an SGLang/speculators export.
+    `engine_version` is the serving engine's version, for layouts that depend on it.
     """
     if fmt not in EXPORT_FORMATS:
         raise EyasError("bad_flag", f"--format is one of {EXPORT_FORMATS}, not {fmt!r}")
@@ -81,6 +85,7 @@ def export_drafter(
         target=target,
         target_name=str(target_path),
         speculative_tokens=speculative_tokens,
+        engine_version=engine_version,
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

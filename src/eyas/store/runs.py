@@ -64,6 +64,21 @@ def _alive_here(job_id: str) -> bool | None:
     return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, Linux `/proc/<pid>/stat` field 22),
+    or None where that cannot be read: with the pid it names one process, even after the pid
+    is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name may hold spaces and parentheses
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def clean_stale_tmps(stage_dir: str | Path) -> int:
     """Delete the temporary shards of dead jobs of this host (and of the old unnamed writer);
     a live job's, or another host's, are left alone."""
@@ -83,6 +98,7 @@ def start_job(stage_dir: str | Path, job_id: str, record: dict[str, Any]) -> dic
         "job_id": job_id,
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "pid_start": process_start(os.getpid()),
         "state": "running",
         "complete": False,
         "started_unix": time.time(),
@@ -107,6 +123,9 @@ def job_records(stage_dir: str | Path) -> list[dict[str, Any]]:
         rec = read_json_object(path)
         if rec.get("state") == "running":
             alive = _alive_here(str(rec.get("job_id", "")))
+            if alive and rec.get("pid_start") is not None:
+                # the pid may have been reused since the job died: same pid, another start
+                alive = process_start(int(rec.get("pid", -1))) == rec["pid_start"]
             rec["state"] = {True: "running", False: "died", None: "unfinished"}[alive]
         records.append(rec)
     return sorted(records, key=lambda r: r.get("started_unix", 0))

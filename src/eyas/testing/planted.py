@@ -195,9 +195,13 @@ def repetition_loop(w: World, v: int) -> Planted:
 def healthy_cut(w: World, v: int) -> Sample:
     """A long answer cut at max_new_tokens: a warning, trained, never quarantined (one per
     dataset: a few cut outputs are no systemic truncation)."""
-    names = sorted({s.dataset for s in w.clean})
+
+    def long(s: Sample) -> bool:
+        return len(s.output_ids) > 6 and not _reasoned(s)
+
+    names = sorted({s.dataset for s in w.clean if long(s)})  # datasets with a long answer
     name = names[v % len(names)]
-    s = w.pick(v, lambda s: s.dataset == name and len(s.output_ids) > 6 and not _reasoned(s))
+    s = w.pick(v, lambda s: s.dataset == name and long(s))
     cap = len(s.output_ids) - 2
     s.output_ids, s.finish_reason, s.matched_stop = s.output_ids[:cap], "length", None
     s.sampling = {**s.sampling, "max_new_tokens": cap}
@@ -436,3 +440,6 @@ def multi_turn_masked(w: World, v: int) -> Sample:
 CONTROLS: dict[str, Callable[[World, int], Sample]] = {
     f.__name__: f for f in (sampled_output, json_tool_result, multi_turn_masked, healthy_cut)
 }
+# What a control is rightly told (a warning that states a fact about it, never a quarantine):
+# a healthy output cut at max_new_tokens is reported as cut, and trained.
+CONTROL_WARNINGS: dict[str, set[tuple[str, str]]] = {"healthy_cut": {("truncation", "truncated")}}

@@ -231,11 +231,11 @@ class Trainer:
             )
             self.step, self.batches_done = state["step"], state["batches_done"]
             was = state.get("world_size", "?")
-            self.log(
-                f"resumed from {ckpt.name} (step {self.step}; written by {was} ranks, read "
-                f"by {self.world})"
-            )
-            if self.rank == 0:
+            if self.rank == 0:  # one line per run, not one per rank
+                self.log(
+                    f"resumed from {ckpt.name} (step {self.step}; written by {was} ranks, "
+                    f"read by {self.world})"
+                )
                 truncate_metrics(self.cfg.out / "metrics.jsonl", self.step)
 
     def _check_fused_layers(self, tmodel: TargetModel) -> None:

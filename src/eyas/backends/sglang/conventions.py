@@ -59,14 +59,33 @@ AUX_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 USE_AUX_KEY = "use_aux_hidden_state"
 
 # EAGLE-3.1 (`fc_norm`, `norm_output`): `llama_eagle3.py` reads both from the top level of the
-# config from 0.5.12 on (`getattr(config, "fc_norm", None)`, `getattr(config, "norm_output",
-# False)`, checked in the 0.5.12 to 0.5.23 wheels). Up to 0.5.11 it has neither:
-# `LlamaModel.forward` applies `self.fc` straight to the captured states and returns the
-# pre-norm state for the next draft step, and `LlamaForCausalLMEagle3.load_weights` skips any
-# tensor it has no parameter for (`if param_name in params_dict`), so `fc_norm.*` would be
-# dropped silently: SGLang <= 0.5.11 serves an EAGLE-3.1 drafter as a different model, and no
-# export can be right on both sides of 0.5.12. eyas refuses the SGLang layout for it.
-EAGLE3_1_SERVABLE = False
+# config from 0.5.12 on: `LlamaModel.__init__` builds `fc_norm` as one RMSNorm per fused layer
+# (`getattr(config, "fc_norm", None)`, or the legacy `use_aux_norm`), `forward` norms each
+# layer's chunk before `fc` and returns the normed state for the next step when
+# `getattr(config, "norm_output", False)`; `LlamaForCausalLMEagle3.load_weights` puts
+# `fc_norm.{i}.weight` under `model.` (tests/backends/test_sglang_eagle3_1.py runs that code
+# from the 0.5.12.post1 and 0.5.23 wheels). Up to 0.5.11 it has neither: `fc` takes the captured
+# states as they are, the pre-norm state is fed back, and the loader skips any tensor it has no
+# parameter for, so `fc_norm.*` would be dropped silently and a different model served. An
+# export cannot tell which SGLang will load it: eyas writes the EAGLE-3.1 layout for SGLang only
+# when the user names a version from `EAGLE3_1_SINCE` on (`eyas export drafter --engine-version`).
+EAGLE3_1_SINCE = "0.5.12"
+FC_NORM_KEY = "fc_norm"
+LEGACY_FC_NORM_KEY = "use_aux_norm"
+NORM_OUTPUT_KEY = "norm_output"
+
+
+def version_at_least(version: str, since: str) -> bool:
+    """Whether SGLang `version` (as `pip` names it, e.g. 0.5.12.post1) is `since` or later."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) >= Version(since)
+    except InvalidVersion as exc:
+        raise EyasError(
+            "bad_engine_version", f"{version!r} is not a version (e.g. 0.5.23)"
+        ) from exc
+
 
 # EAGLE-3 with MLA attention: `python/sglang/srt/models/kimi_k25_eagle3.py`
 # `Eagle3DeepseekV2ForCausalLM` (its `EntryClass`; tests/backends/test_sglang_source.py reads the

@@ -14,13 +14,15 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from eyas.backends.reasons import BackendError
+
+if TYPE_CHECKING:
+    import torch
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "capture" / "vllm_plugin"
 CONNECTOR = {
@@ -63,6 +65,8 @@ def plugin_env() -> dict[str, str]:
 
 
 def _load(path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file  # torch: not at CLI start
+
     lock = path + ".lock"
     if os.path.exists(lock):
         with open(lock) as f:

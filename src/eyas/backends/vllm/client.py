@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-import torch
 
 from eyas.backends.base import (
     BackendError,
@@ -38,6 +37,9 @@ from eyas.backends.vllm.conventions import (
     parse_progress,
     parse_spec_metrics,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _sampling(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:

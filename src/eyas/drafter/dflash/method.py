@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -74,7 +75,7 @@ class DFlashMethod(DraftMethod):
         zero: the first layer's attention is uniform and all mask slots of a block leave it
         with the same state whatever their position (slot 1 sees only the context's mean;
         later slots differ from it only by what RoPE makes of that in deeper layers)."""
-        used = {t for s in seqs for t in s.ids}
+        used = _used_ids(seqs, target.vocab_size)
         rows = self._embedding_norms(target)
         floor = 1e-3 * float(rows.median()) if rows is not None else 0.0
 
@@ -93,21 +94,21 @@ class DFlashMethod(DraftMethod):
                 )
             return mask
         pad = target.token_ids().get("pad_token_id")
-        if (
-            isinstance(pad, int)
-            and 0 <= pad < target.vocab_size
-            and pad not in used
-            and usable(pad)
-        ):
+        if isinstance(pad, int) and 0 <= pad < target.vocab_size and not used[pad] and usable(pad):
             return pad
-        free = [i for i in range(target.vocab_size - 1, -1, -1) if i not in used and usable(i)]
-        if not free:
+        free = ~used
+        if rows is not None:  # the embedding may have padding rows past the vocab, or fewer
+            has_row = np.zeros(len(used), bool)
+            n = min(len(used), len(rows))
+            has_row[:n] = rows[:n].numpy() > floor
+            free &= has_row
+        if not free.any():
             raise EyasError(
                 "no_mask_token",
                 "every token id with a non-zero embedding occurs in the data: "
                 "pass --set mask_token_id=N",
             )
-        return free[0]
+        return int(np.flatnonzero(free)[-1])  # the highest free id
 
     @staticmethod
     def _embedding_norms(target: TargetModel) -> torch.Tensor | None:
@@ -226,7 +227,7 @@ class DFlashMethod(DraftMethod):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens):
+    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
         d = model.config
         if fmt == "sglang":
             config = layouts.zlab_config(d, target)
@@ -272,3 +273,15 @@ class DFlashMethod(DraftMethod):
                 f"k + 1, so evaluate it with --k {block - 1}, not {k}",
             )
         return {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": k}
+
+
+def _used_ids(seqs: Any, vocab_size: int) -> np.ndarray:
+    """[vocab] bool: which ids the training data holds. A packed index is counted in one pass
+    over its token array (a Kimi-scale run holds ~1B tokens: a Python set of them took minutes);
+    a plain list of sequences is read as it comes."""
+    tokens = getattr(seqs, "tokens", None)
+    if tokens is None:
+        tokens = np.fromiter((t for s in seqs for t in s.ids), dtype=np.int64)
+    tokens = np.asarray(tokens)
+    tokens = tokens[(tokens >= 0) & (tokens < vocab_size)]
+    return np.bincount(tokens, minlength=vocab_size)[:vocab_size] > 0

@@ -46,17 +46,36 @@ def llama_fields(d: Eagle3Config, target: TargetModel | None) -> dict[str, Any]:
     return fields
 
 
-def sglang_config(d: Eagle3Config, target: TargetModel | None) -> dict:
+def sglang_config(
+    d: Eagle3Config, target: TargetModel | None, engine_version: str | None = None
+) -> dict:
     """SGLang's EAGLE-3 config. Its layer ids are HF index - 1, which SGLang's model for the
-    target reads alike before and after 0.5.13, or refused (`to_sglang_layer_ids`)."""
-    if (d.fc_norm or d.norm_output) and not sglang.EAGLE3_1_SERVABLE:
+    target reads alike before and after 0.5.13, or refused (`to_sglang_layer_ids`). EAGLE-3.1
+    needs SGLang 0.5.12 or later (`sglang.EAGLE3_1_SINCE`), so `engine_version` must say so."""
+    if d.norm_before_residual:
+        raise unsupported_export(
+            d.method,
+            "sglang",
+            "norm_before_residual: SGLang's LlamaDecoderLayer (llama_eagle3.py) keeps the "
+            "un-normed state as the residual; it would serve a different model. Export "
+            "--format vllm",
+        )
+    v31 = d.fc_norm or d.norm_output
+    if v31 and (
+        engine_version is None or not sglang.version_at_least(engine_version, sglang.EAGLE3_1_SINCE)
+    ):
+        said = f"SGLang {engine_version} is older" if engine_version else "no --engine-version"
         raise unsupported_export(
             "eagle3.1",
             "sglang",
-            "SGLang's LlamaForCausalLMEagle3 has no fc_norm and feeds the pre-norm state back "
-            "(python/sglang/srt/models/llama_eagle3.py), and its loader drops tensors it does "
-            "not know: it would serve a different model. Export --format vllm",
+            f"SGLang reads fc_norm and norm_output from {sglang.EAGLE3_1_SINCE} on "
+            "(python/sglang/srt/models/llama_eagle3.py); an older one drops fc_norm and feeds "
+            f"the pre-norm state back, serving a different model ({said}). Give "
+            f"--engine-version with the SGLang that serves it ({sglang.EAGLE3_1_SINCE} or "
+            "later), or export --format vllm",
         )
+    norms = {sglang.FC_NORM_KEY: d.fc_norm, sglang.NORM_OUTPUT_KEY: d.norm_output} if v31 else {}
+    since = {"min_sglang_version": sglang.EAGLE3_1_SINCE} if v31 else {}
     return {
         "architectures": [sglang.EAGLE3_ARCHITECTURE],
         **llama_fields(d, target),
@@ -68,10 +87,12 @@ def sglang_config(d: Eagle3Config, target: TargetModel | None) -> dict:
             ),
             sglang.USE_AUX_KEY: True,
         },
+        **norms,
         "eyas": {
             "version": __version__,
             "method": d.method,
             "engine": "sglang",
+            **since,
             "aux_layer_convention": "sglang: HF hidden_states index - 1",
             "trained_hf_layers": list(d.aux_layer_ids),
         },
@@ -184,7 +205,11 @@ def read_config(cfg: dict) -> Eagle3Config:
             "norm_output": bool(cfg.get(vllm.NORM_OUTPUT_KEY, False)),
         }
     elif is_sglang(cfg):
-        norms = {}
+        # as `llama_eagle3.py` (0.5.12 on) reads them: the residual is never normed
+        norms = {
+            "fc_norm": bool(cfg.get(sglang.FC_NORM_KEY) or cfg.get(sglang.LEGACY_FC_NORM_KEY)),
+            "norm_output": bool(cfg.get(sglang.NORM_OUTPUT_KEY, False)),
+        }
     else:
         raise DrafterLoadError(
             f"unknown drafter config: architectures={cfg.get('architectures')}; expected "
@@ -271,6 +296,8 @@ def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         "midlayer.hidden_norm.weight": (h,),
         "midlayer.post_attention_layernorm.weight": (h,),
     }
-    if is_speculators(cfg) and cfg.get(vllm.FC_NORM_KEY):
+    if (is_speculators(cfg) and cfg.get(vllm.FC_NORM_KEY)) or (
+        is_sglang(cfg) and (cfg.get(sglang.FC_NORM_KEY) or cfg.get(sglang.LEGACY_FC_NORM_KEY))
+    ):
         out.update({f"fc_norm.{i}.weight": (ht,) for i in range(n_aux)})
     return out

@@ -175,7 +175,7 @@ class Eagle3Method(DraftMethod):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens):
+    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
         d = model.config
         if d.attention == "mla":
             config = (
@@ -184,7 +184,7 @@ class Eagle3Method(DraftMethod):
                 else layouts.mla.vllm_config(d, target)
             )
         elif fmt == "sglang":
-            config = layouts.sglang_config(d, target)
+            config = layouts.sglang_config(d, target, engine_version)
         else:
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
         # bf16 for the float weights as servers load them; d2t/t2d keep their types

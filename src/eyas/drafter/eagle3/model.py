@@ -329,6 +329,13 @@ class Eagle3Drafter(nn.Module):
 
 def _speculators_names(state_dict: dict, prefix: str, *args) -> None:
     """speculators checkpoints name the decoder layer `layers.0.`; SGLang's (and eyas's) name
-    it `midlayer.`. The hook renames on load, so `forward` never sees the difference."""
+    it `midlayer.`; older SGLang drafters name EAGLE-3.1's norms `aux_norm_{low,mid,high}`
+    (`llama_eagle3.py` `legacy_name_map`). The hook renames on load, so `forward` never sees
+    the difference."""
     for key in [k for k in state_dict if k.startswith(prefix + "layers.0.")]:
         state_dict[prefix + "midlayer." + key[len(prefix + "layers.0.") :]] = state_dict.pop(key)
+    for i, old in enumerate(("aux_norm_low", "aux_norm_mid", "aux_norm_high")):
+        for key in [k for k in state_dict if k.startswith(f"{prefix}{old}.")]:
+            state_dict[f"{prefix}fc_norm.{i}." + key[len(f"{prefix}{old}.") :]] = state_dict.pop(
+                key
+            )
