@@ -412,8 +412,8 @@ def test_sglang_mla_draft_class_serves_eyas_mla_export(version, sglang_mla_expor
 def test_only_the_newer_sglang_mla_class_reads_eagle3_1_keys():
     """`kimi_k25_eagle3.py` reads `fc_norm` and `norm_output` in 0.5.23 and neither in
     0.5.12.post1 (which drops `fc_norm.*` tensors with a warning and feeds the pre-norm state
-    back): one SGLang export cannot be right for both, so eyas refuses EAGLE-3.1 MLA for SGLang
-    as for the Llama layer."""
+    back). The release between them that added the keys is not pinned, so eyas refuses
+    EAGLE-3.1 MLA for SGLang (the Llama layer's `EAGLE3_1_SINCE` is `llama_eagle3.py`'s)."""
     from eyas.drafter.eagle3.export_mla import sglang_config
     from eyas.errors import EyasError
 

@@ -95,8 +95,9 @@ def version_at_least(version: str, since: str) -> bool:
 # DeepSeek's rope keys (`rope_scaling` with `mscale`/`mscale_all_dim`). In 0.5.12.post1 it has no
 # `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping unexpected weight" and drops them) and
 # returns the pre-norm state as the next step's input (`hidden_states_to_aux`); 0.5.23 reads
-# `fc_norm` and `norm_output` from the top level. No one export is right on both, so an
-# EAGLE-3.1 MLA drafter is refused for SGLang as the Llama one is.
+# `fc_norm` and `norm_output` from the top level. The release that added them to this file lies
+# between the two and is not pinned (the Llama class's `EAGLE3_1_SINCE` is another file's), so
+# an EAGLE-3.1 MLA drafter stays refused for SGLang whatever `--engine-version` says.
 # TorchSpec's published Kimi MLA drafters (`configs/draft_models/kimi_k25_eagle3_mla.json`) use
 # this layout.
 EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
