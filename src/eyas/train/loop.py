@@ -214,6 +214,10 @@ class Trainer:
             self.world,
             self.cfg.fsdp,
             self.device,
+            # `auto` leaves AC off for micro-batches up to AC_AUTO_TOKENS wide, and a rank's
+            # share of short samples can hold all its tokens: the peak is the AC-off one
+            checkpointing=self.cfg.activation_checkpointing == "on",
+            dtype_bytes=2 if self.bf16 else 4,
         )
 
     def _resume(self) -> None:

@@ -88,12 +88,16 @@ def version_at_least(version: str, since: str) -> bool:
 
 
 # EAGLE-3 with MLA attention: `python/sglang/srt/models/kimi_k25_eagle3.py`
-# `Eagle3DeepseekV2ForCausalLM` (EntryClass; checked in the 0.5.12.post1 wheel): a DeepSeek
-# `DeepseekV2AttentionMLA` over [embed ; hidden] (2H), a dense `DeepseekV2MLP`, the
-# `eagle_config` ids (`_get_eagle_aux_layer_count`), DeepSeek's rope keys (`rope_scaling` with
-# `mscale`/`mscale_all_dim`). It has no `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping
-# unexpected weight" and drops them) and returns the pre-norm state as the next step's input
-# (`hidden_states_to_aux`): an EAGLE-3.1 MLA drafter is refused for SGLang as the Llama one is.
+# `Eagle3DeepseekV2ForCausalLM` (its `EntryClass`; tests/backends/test_sglang_source.py reads the
+# file from the 0.5.12.post1 and 0.5.23 wheels and loads eyas's export through its own
+# `load_weights`): a DeepSeek `DeepseekV2AttentionMLA` over [embed ; hidden] (2H) that requires
+# `q_lora_rank`, a dense `DeepseekV2MLP`, the `eagle_config` ids (`_get_eagle_aux_layer_count`),
+# DeepSeek's rope keys (`rope_scaling` with `mscale`/`mscale_all_dim`). In 0.5.12.post1 it has no
+# `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping unexpected weight" and drops them) and
+# returns the pre-norm state as the next step's input (`hidden_states_to_aux`); 0.5.23 reads
+# `fc_norm` and `norm_output` from the top level. The release that added them to this file lies
+# between the two and is not pinned (the Llama class's `EAGLE3_1_SINCE` is another file's), so
+# an EAGLE-3.1 MLA drafter stays refused for SGLang whatever `--engine-version` says.
 # TorchSpec's published Kimi MLA drafters (`configs/draft_models/kimi_k25_eagle3_mla.json`) use
 # this layout.
 EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"

@@ -96,6 +96,14 @@ def sglang_config(d: Any, target: TargetModel | None) -> dict:
             "has no fc_norm (its loader skips those tensors) and feeds the pre-norm state "
             "back: it would serve a different model. Export --format vllm",
         )
+    if not d.q_lora_rank:
+        raise unsupported_export(
+            f"{d.method} (mla, no q_lora_rank)",
+            "sglang",
+            "SGLang's Eagle3MLADecoderLayer (python/sglang/srt/models/kimi_k25_eagle3.py) raises "
+            "'Eagle3 MLA layer requires q_lora_rank' for a target that projects q directly "
+            "(DeepSeek-V2-Lite). Export --format vllm",
+        )
     return {
         "architectures": [sglang.EAGLE3_MLA_ARCHITECTURE],
         **deepseek_fields(d, target),
