@@ -165,7 +165,8 @@ def test_sglang_parses_the_exported_dflash_config(version, tmp_path):
 def test_sglang_reads_eagle3_1_keys_at_the_top_level(version, reads):
     """`llama_eagle3.py` `LlamaModel.__init__`: `getattr(config, "fc_norm", None)` and
     `getattr(config, "norm_output", False)` (checked present in both wheels; 0.5.11 has
-    neither, which is why eyas still refuses the SGLang layout for EAGLE-3.1)."""
+    neither, which is why eyas exports EAGLE-3.1 for SGLang only with an --engine-version from
+    0.5.12 on; `test_sglang_eagle3_1.py` runs that code)."""
     from sglang_source import source_dir
 
     text = (source_dir() / version / "sglang/srt/models/llama_eagle3.py").read_text()
@@ -286,8 +287,7 @@ def _parameters(version: str, cls: str, prefix: str, env: dict) -> set[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def sglang_mla_export(tmp_path_factory, kimi_toy):
+def _mla_export(tmp, kimi_toy, method: str = "eagle3", engine_version: str | None = None):
     """eyas's SGLang MLA export (`export_drafter(..., "sglang")`) of a drafter for Kimi-K2.5's
     real depth and MLA dims: its config and its tensors."""
     from safetensors.torch import load_file
@@ -298,9 +298,9 @@ def sglang_mla_export(tmp_path_factory, kimi_toy):
     from eyas.hf_models import target_model
     from eyas.train.checkpoint import save_drafter
 
-    tmp = tmp_path_factory.mktemp("sglang_mla")
+    tmp.mkdir(parents=True, exist_ok=True)
     target = _real_kimi(tmp, kimi_toy)
-    m, t = get_method("eagle3"), target_model(target)
+    m, t = get_method(method), target_model(target)
     d = m.build_config(target=t, train_cfg=_cfg(num_attention_heads=2, intermediate_size=64),
                        aux_layers=m.default_aux_layers(t.num_layers),
                        vocab={"draft_vocab_size": 1500, "d2t": None}, max_positions=4096)  # fmt: skip
@@ -311,12 +311,19 @@ def sglang_mla_export(tmp_path_factory, kimi_toy):
         model.d2t.copy_(torch.randint(0, 400, (1500,)).sort().values)
         model.t2d[:1500] = True
     save_drafter(model, tmp / "drafter", {"target_dir": str(target)})
-    out = export_drafter(tmp / "drafter", "sglang", tmp / "s", target)
+    out = export_drafter(
+        tmp / "drafter", "sglang", tmp / "s", target, engine_version=engine_version
+    )
     cfg = json.loads((out / "config.json").read_text())
     tensors = {}
     for f in sorted(out.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
     return cfg, tensors, model
+
+
+@pytest.fixture(scope="module")
+def sglang_mla_export(tmp_path_factory, kimi_toy):
+    return _mla_export(tmp_path_factory.mktemp("sglang_mla"), kimi_toy)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -328,12 +335,35 @@ def test_sglang_mla_draft_class_serves_eyas_mla_export(version, sglang_mla_expor
     target's; `target_hidden_size`: fc's width; `eagle_config`'s ids: fc's input count) too;
     its `load_weights` (mapping, q_a/kv_a fusion, gate/up stacking, d2t) takes every exported
     tensor into a weight its `__init__` builds, and fills every one of them."""
+    _check_mla_export(version, sglang_mla_export)
+
+
+def test_sglang_0_5_23_mla_class_serves_eyas_eagle3_1_mla_export(tmp_path, kimi_toy):
+    """EAGLE-3.1 MLA, exported with --engine-version 0.5.23: the same checks, and its
+    `__init__` builds the `fc_norm.{i}` weights (it reads `fc_norm` from the exported config)
+    that its `load_weights` fills from eyas's tensors; SGLang 0.5.12 and no version refused."""
+    from eyas.errors import RefusedError
+
+    export = _mla_export(tmp_path / "a", kimi_toy, "eagle3.1", "0.5.23")
+    cfg = export[0]
+    assert cfg["fc_norm"] is True and cfg["norm_output"] is True
+    assert cfg["eyas"]["min_sglang_version"] == "0.5.23"
+    built = _check_mla_export("0.5.23", export)
+    assert {f"model.fc_norm.{i}.weight" for i in range(3)} <= built
+    for version in ("0.5.12.post1", None):
+        with pytest.raises(RefusedError) as err:
+            _mla_export(tmp_path / str(version), kimi_toy, "eagle3.1", version)
+        assert err.value.reason == "export_unsupported" and "0.5.23" in err.value.detail
+
+
+def _check_mla_export(version: str, export) -> set[str]:
+    """The checks of the test above; returns the weights SGLang's `__init__` builds."""
     import logging
     import re
 
     from eyas.backends.sglang import conventions as sglang_conv
 
-    cfg, tensors, model = sglang_mla_export
+    cfg, tensors, model = export
     entry = _entry_classes(version)
     assert cfg["architectures"] == entry == [sglang_conv.EAGLE3_MLA_ARCHITECTURE]
 
@@ -407,22 +437,26 @@ def test_sglang_mla_draft_class_serves_eyas_mla_export(version, sglang_mla_expor
     assert sorted(s for _, s in loaded["model.midlayer.mlp.gate_up_proj.weight"]) == [0, 1]
     # d2t becomes the hot-token map: draft id -> target id, as eyas's drafter maps it
     assert torch.equal(fake.hot_token_id, model.draft_to_target())
+    return built
 
 
 def test_only_the_newer_sglang_mla_class_reads_eagle3_1_keys():
     """`kimi_k25_eagle3.py` reads `fc_norm` and `norm_output` in 0.5.23 and neither in
     0.5.12.post1 (which drops `fc_norm.*` tensors with a warning and feeds the pre-norm state
-    back). The release between them that added the keys is not pinned, so eyas refuses
-    EAGLE-3.1 MLA for SGLang (the Llama layer's `EAGLE3_1_SINCE` is `llama_eagle3.py`'s)."""
+    back). The release between them that added the keys is not pinned, so eyas exports
+    EAGLE-3.1 MLA for SGLang only for 0.5.23 on (`EAGLE3_1_MLA_SINCE`; the Llama layer's
+    `EAGLE3_1_SINCE` is `llama_eagle3.py`'s)."""
     from eyas.drafter.eagle3.export_mla import sglang_config
     from eyas.errors import EyasError
 
     assert {"fc_norm", "norm_output"} <= _config_reads("0.5.23")[1]
     assert not {"fc_norm", "norm_output"} & _config_reads("0.5.12.post1")[1]
+    assert sglang.EAGLE3_1_MLA_SINCE == "0.5.23"
     d = types.SimpleNamespace(fc_norm=True, norm_output=True, norm_before_residual=False,
                               method="eagle3.1")  # fmt: skip
-    with pytest.raises(EyasError):
-        sglang_config(d, None)
+    for version in (None, "0.5.12.post1", "0.5.22"):
+        with pytest.raises(EyasError):
+            sglang_config(d, None, version)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

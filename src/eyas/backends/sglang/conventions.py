@@ -96,11 +96,13 @@ def version_at_least(version: str, since: str) -> bool:
 # `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping unexpected weight" and drops them) and
 # returns the pre-norm state as the next step's input (`hidden_states_to_aux`); 0.5.23 reads
 # `fc_norm` and `norm_output` from the top level. The release that added them to this file lies
-# between the two and is not pinned (the Llama class's `EAGLE3_1_SINCE` is another file's), so
-# an EAGLE-3.1 MLA drafter stays refused for SGLang whatever `--engine-version` says.
+# between the two and is not pinned, so an EAGLE-3.1 MLA drafter is exported for SGLang only
+# when `--engine-version` names 0.5.23 or later (`EAGLE3_1_MLA_SINCE`: the lowest release known
+# to read them; the Llama class's `EAGLE3_1_SINCE` is another file's).
 # TorchSpec's published Kimi MLA drafters (`configs/draft_models/kimi_k25_eagle3_mla.json`) use
 # this layout.
 EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+EAGLE3_1_MLA_SINCE = "0.5.23"
 
 # DFlash: `python/sglang/srt/models/dflash.py` `DFlashDraftModel` (EntryClass; no embedding or
 # lm_head: the target's are used) reads `python/sglang/srt/speculative/dflash_utils.py`
