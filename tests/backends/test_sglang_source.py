@@ -126,6 +126,28 @@ def test_the_first_id_rule_arrived_in_deepseek_v2_only():
     assert err.value.reason == "sglang_layer_ids_ambiguous"
 
 
+@pytest.mark.parametrize("hf", [[3, 30, 58], [1, 30, 58], [2, 30, 58], [1, 2, 3]])
+def test_a_named_sglang_version_decides_the_ids_on_kimi(hf):
+    """With `--engine-version`, ids ambiguous across PR #25454 are written for that SGLang:
+    what its own DeepSeek model captures for them is the trained layers, and eyas reads them
+    back so; a first HF layer of 1 has no id from 0.5.13 on (refused)."""
+    from eyas.errors import RefusedError
+
+    for version in VERSIONS:
+        try:
+            ids, meta = sglang.layer_id_fields(hf, KIMI_ARCHS, version)
+        except RefusedError as err:
+            assert err.reason == "sglang_layer_ids_unservable"
+            assert hf[0] == 1 and version == "0.5.23"
+            continue
+        assert captured(version, *DEEPSEEK, ids, 61) == hf, (version, ids)
+        back, _ = sglang.read_layer_ids(
+            ids, written_by_eyas=True, eyas_rule=meta["sglang_ids_rule"]
+        )
+        assert back == hf
+        assert ("sglang_ids_for_version" in meta) is (hf[0] != 2)  # [2, ...]: every version
+
+
 def test_third_party_ids_are_read_as_sglang_serves_them_on_kimi():
     """The published layouts: SpecForge/TorchSpec `[1, 29, 57]` (layer outputs) and
     lightseekorg/kimi-k2.5-eagle3-mla `[2, 30, 58]` (the HF index): eyas reads both as what

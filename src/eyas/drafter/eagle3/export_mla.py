@@ -118,15 +118,13 @@ def sglang_config(d: Any, target: TargetModel | None, engine_version: str | None
             "'Eagle3 MLA layer requires q_lora_rank' for a target that projects q directly "
             "(DeepSeek-V2-Lite). Export --format vllm",
         )
+    ids, id_meta = sglang.layer_id_fields(
+        d.aux_layer_ids, target.architectures if target else None, engine_version
+    )
     return {
         "architectures": [sglang.EAGLE3_MLA_ARCHITECTURE],
         **deepseek_fields(d, target),
-        sglang.EAGLE_CONFIG_KEY: {
-            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(
-                d.aux_layer_ids, target.architectures if target else None
-            ),
-            sglang.USE_AUX_KEY: True,
-        },
+        sglang.EAGLE_CONFIG_KEY: {sglang.AUX_IDS_KEY: ids, sglang.USE_AUX_KEY: True},
         **({sglang.FC_NORM_KEY: d.fc_norm, sglang.NORM_OUTPUT_KEY: d.norm_output} if v31 else {}),
         "eyas": {
             "version": __version__,
@@ -134,8 +132,7 @@ def sglang_config(d: Any, target: TargetModel | None, engine_version: str | None
             "engine": "sglang",
             "attention": "mla",
             **({"min_sglang_version": since} if v31 else {}),
-            "aux_layer_convention": "sglang: HF hidden_states index - 1",
-            "trained_hf_layers": list(d.aux_layer_ids),
+            **id_meta,
         },
     }
 
