@@ -29,10 +29,11 @@ from statistics import median
 import aiohttp
 
 from eyas.backends.base import BackendSettings, GenRequest
-from eyas.backends.policy import ClientPolicy, RequestFailed
+from eyas.backends.policy import RequestFailed
 from eyas.backends.reasons import BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.client import SGLangBackend
+from eyas.config import ServerConfig
 from eyas.testing.server import fake_server
 
 RESULTS = Path(__file__).parent / "results" / "client_policy.json"
@@ -73,10 +74,10 @@ async def total_timeout_client(url: str, n: int, in_flight: int, timeout_s: floa
     return stats
 
 
-async def eyas_client(url: str, n: int, policy: ClientPolicy) -> dict:
+async def eyas_client(url: str, n: int, server: ServerConfig) -> dict:
     stats = {"retries": 0, "failed": 0, "latencies": [], "in_flight": []}
     settings = BackendSettings(stop_token_ids=[2])
-    async with open_pool("sglang", settings, [url], policy, operation="generate") as pool:
+    async with open_pool("sglang", settings, server, operation="generate") as pool:
 
         async def one(req):
             start = time.perf_counter()
@@ -114,14 +115,19 @@ def main() -> None:
             "eyas, fixed limit": lambda: eyas_client(
                 srv.url,
                 args.requests,
-                ClientPolicy(
-                    concurrency=args.concurrency, adaptive=False, timeout_s=args.timeout_s
+                ServerConfig(
+                    urls=[srv.url],
+                    concurrency=args.concurrency,
+                    adaptive_concurrency=False,
+                    timeout_s=args.timeout_s,
                 ),
             ),
             "eyas, adaptive limit": lambda: eyas_client(
                 srv.url,
                 args.requests,
-                ClientPolicy(concurrency=args.concurrency, adaptive=True, timeout_s=args.timeout_s),
+                ServerConfig(
+                    urls=[srv.url], concurrency=args.concurrency, timeout_s=args.timeout_s
+                ),
             ),
         }
         for name, run in runs.items():

@@ -34,8 +34,8 @@ from pathlib import Path
 import aiohttp
 
 from eyas.backends.base import BackendSettings, GenRequest
-from eyas.backends.policy import ClientPolicy
 from eyas.backends.registry import open_pool
+from eyas.config import ServerConfig
 from eyas.testing.server import fake_server
 
 RESULTS = Path(__file__).parent / "results" / "inflight.json"
@@ -117,7 +117,9 @@ async def stats(session: aiohttp.ClientSession, url: str) -> dict:
 
 
 async def measure(url: str, run: dict, args: argparse.Namespace) -> dict:
-    policy = ClientPolicy(concurrency=run["in_flight"], adaptive=False, timeout_s=600)
+    server = ServerConfig(
+        urls=[url], concurrency=run["in_flight"], adaptive_concurrency=False, timeout_s=600
+    )
     backend = BackendSettings(stop_token_ids=[2], batch_size=run["batch_size"])
     tag = f"{run['batch_size']}-{run['in_flight']}"
     requests = (
@@ -131,7 +133,7 @@ async def measure(url: str, run: dict, args: argparse.Namespace) -> dict:
     )
     async with (
         aiohttp.ClientSession() as session,
-        open_pool("sglang", backend, [url], policy, operation="generate") as pool,
+        open_pool("sglang", backend, server, operation="generate") as pool,
     ):
 
         async def worker() -> None:

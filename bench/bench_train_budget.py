@@ -1,6 +1,8 @@
 """The per-GPU memory and throughput estimate (`eyas.train.budget`) at Kimi-K2.5 width, for
-1, 8 and 16 H200s (FSDP2, TTT 7, 16,384 tokens per rank per micro-batch). Arithmetic, not a
-measurement: the same formula `eyas train` prints at start.
+1, 8 and 16 H200s (FSDP2, TTT 7, 16,384 tokens per rank per micro-batch, bf16), with the
+drafter's attention MHA (issue 28's drafter) and MLA (the target's), activation checkpointing
+off and on. Arithmetic, not a measurement: the same count `eyas train` prints at start, its
+activations from `eyas.drafter.memory.activation_elements_per_token`.
 
     .venv/bin/python bench/bench_train_budget.py
 """
@@ -10,35 +12,52 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from eyas.train.budget import ACT_BYTES_PER_TOKEN_STEP_PER_HIDDEN, ASSUMED_MFU, kimi_table
+from eyas.drafter.memory import activation_elements_per_token
+from eyas.train.budget import ASSUMED_MFU, KIMI_MHA, KIMI_MLA, kimi_table
 
 
 def main() -> None:
-    rows = kimi_table()
-    print("Kimi-K2.5 drafter, TTT 7, FSDP2, 16,384 tokens per rank (estimate, not measured)")
+    rows = [
+        r
+        for attention in ("mha", "mla")
+        for ac in (False, True)
+        for r in kimi_table(checkpointing=ac, attention=attention)
+    ]
+    print("Kimi-K2.5 drafter, TTT 7, FSDP2, 16,384 tokens per rank (arithmetic, not measured)")
     print(
-        f"{'GPUs':>5}{'trainable GB':>14}{'frozen GB':>11}{'activ. GB':>11}{'total GB':>10}"
-        f"{'tokens/s':>10}"
+        f"{'attn':>5}{'AC':>5}{'GPUs':>5}{'trainable GB':>14}{'frozen GB':>11}{'activ. GB':>11}"
+        f"{'total GB':>10}{'tokens/s':>10}"
     )
     for r in rows:
         print(
+            f"{r['attention']:>5}{'on' if r['activation_checkpointing'] else 'off':>5}"
             f"{r['world']:>5}{r['trainable_gb']:>14}{r['frozen_gb']:>11}"
             f"{r['activations_gb']:>11}{r['total_gb']:>10}{r['tokens_per_s']:>10,}"
         )
+    per_token = {
+        f"{name}_ac_{'on' if ac else 'off'}": 2 * activation_elements_per_token(shape, 7, ac)
+        for name, shape in (("mha", KIMI_MHA), ("mla", KIMI_MLA))
+        for ac in (False, True)
+    }
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     out = {
         "bench": "train_budget",
-        "kind": "arithmetic estimate (eyas.train.budget), not a measurement",
+        "kind": "arithmetic estimate (eyas.train.budget, eyas.drafter.memory), not a measurement",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "uptime": uptime,
+        "load_average": uptime,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "assumptions": {
             "mfu": ASSUMED_MFU,
-            "act_bytes_per_token_step_per_hidden": ACT_BYTES_PER_TOKEN_STEP_PER_HIDDEN,
+            "activations": "eyas.drafter.memory.activation_elements_per_token x 2 B (bf16)",
             "peak_bf16_flops": 989e12,
             "ttt": 7,
             "tokens_per_rank": 16_384,
         },
+        "activation_bytes_per_token": per_token,
         "rows": rows,
     }
     path = Path("bench/results/train_budget.json")

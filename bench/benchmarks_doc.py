@@ -1021,6 +1021,46 @@ def r_stream(d: dict) -> Section:
     return s
 
 
+def r_train_budget(d: dict) -> Section:
+    a = d.get("assumptions", {})
+    s = Section(
+        "Per-GPU training budget at Kimi-K2.5 width (arithmetic)",
+        "The estimate `eyas train` prints before its first step (`eyas.train.budget`), worked "
+        f"out for the Kimi-K2.5 drafter at TTT {num(a.get('ttt'))}, FSDP2, "
+        f"{num(a.get('tokens_per_rank'))} tokens per rank per micro-batch, on H200s at an "
+        f"assumed {num(a.get('mfu'))} MFU. Activations: {a.get('activations')}. Arithmetic, "
+        "not a measurement.",
+    )
+    per_token = d.get("activation_bytes_per_token", {})
+    if per_token:
+        s.lines += table(
+            ["activations per token (bf16)", "MB"],
+            [[k.replace("_", " "), round(v / 1e6, 2)] for k, v in per_token.items()],
+        )
+    rows = [
+        [
+            r["attention"],
+            "on" if r["activation_checkpointing"] else "off",
+            r["world"],
+            r["trainable_params"],
+            r["trainable_gb"],
+            r["frozen_gb"],
+            r["activations_gb"],
+            r["states_gb"],
+            r["total_gb"],
+            r["gflop_per_token"],
+            r["tokens_per_s"],
+        ]
+        for r in d["rows"]
+    ]
+    s.lines += table(
+        ["attention", "AC", "GPUs", "trainable params", "trainable GB", "frozen GB",
+         "activations GB", "input states GB", "total GB", "GFLOP/token", "tokens/s (run)"],
+        rows,
+    )  # fmt: skip
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -1037,6 +1077,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "mla": r_mla,
     "real": r_real,
     "train": r_train,
+    "train_budget": r_train_budget,
     "train_memory": r_train_memory,
     "stream": r_stream,
 }

@@ -10,7 +10,7 @@ from pydantic_core import PydanticUndefined
 from typer.testing import CliRunner
 
 from eyas.cli import app
-from eyas.cli_schema import field_of, is_required
+from eyas.cli_schema import default_of
 
 INTERNAL = (
     str(PydanticUndefined),
@@ -52,14 +52,23 @@ def test_help_shows_keys_requirements_and_no_internal_names(path):
     assert "--config" in text and "--set" in text
     schema = COMMANDS[path].callback.schema
     for p in schema.params:
-        field = field_of(schema.model, p.key)
+        default = default_of(schema.model, p.key)  # the command's own, for shared settings
         assert p.option in text
-        if is_required(field):
+        if default is PydanticUndefined:
             assert f"[{p.key}; required]" in text, f"{p.option} does not say it is required"
         else:
-            default = field.get_default(call_default_factory=True)
             shown = "" if default is None or default == [] else f"; default {default}"
             assert f"[{p.key}{shown}]" in text, f"{p.option}: [{p.key}{shown}] not in --help"
+
+
+def test_shared_server_settings_show_each_commands_own_default():
+    """capture and train's streamed capture default to 8 in flight, capture to 4 attempts,
+    generate and eval to the shared model's 5 (one ServerConfig, defaults per command)."""
+    assert "[server.concurrency; default 8]" in _help(("capture",))
+    assert "[server.retry.max_attempts; default 4]" in _help(("capture",))
+    assert "[capture_server.concurrency; default 8]" in _help(("train",))
+    assert "[backend.retry.max_attempts; default 5]" in _help(("generate",))
+    assert "[server.retry.max_attempts; default 5]" in _help(("eval",))
 
 
 def test_top_level_help_lists_every_command():

@@ -5,7 +5,9 @@
 # and before YaRN read mscale/mscale_all_dim) and 0.5.23 (the newest at the time of writing).
 # Fetches each wheel alone (`pip download --no-deps`, pinned file and sha256), keeps only the
 # files the tests read, then deletes the wheel. SGLang itself is never installed or imported
-# as a package. Idempotent. Prints the cache directory on its last line.
+# as a package. Idempotent: a version is extracted again when its stamp (the wheel's sha256 and
+# the file list) differs, so adding a file here refreshes an existing cache. Prints the cache
+# directory on its last line.
 #   tools/sglang_src.sh [PYTHON]      # PYTHON: any python with pip
 set -euo pipefail
 PY="${1:-${PYTHON:-python3}}"
@@ -18,6 +20,7 @@ FILES=(
     sglang/srt/models/deepseek_v2.py
     sglang/srt/models/kimi_k25.py
     sglang/srt/models/llama_eagle3.py
+    sglang/srt/models/kimi_k25_eagle3.py
     sglang/srt/speculative/dflash_utils.py
 )
 declare -A SHA=(
@@ -30,7 +33,8 @@ exec 9>"$ROOT/.lock"
 flock 9
 for version in "${!SHA[@]}"; do
     dest="$ROOT/$version"
-    if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "${SHA[$version]}" ]; then
+    stamp="${SHA[$version]} ${FILES[*]}"
+    if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$stamp" ]; then
         continue
     fi
     rm -rf "$dest" "$ROOT/wheel"
@@ -53,6 +57,6 @@ with zipfile.ZipFile(wheel) as z:
         z.extract(name, dest)
 EOF
     rm -rf "$ROOT/wheel"
-    echo "${SHA[$version]}" >"$dest/.stamp"
+    echo "$stamp" >"$dest/.stamp"
 done
 echo "$ROOT"

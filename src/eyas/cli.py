@@ -57,6 +57,7 @@ from eyas.config import (
     ToyDatasetsConfig,
     TrainConfig,
     method_option_keys,
+    server_option_keys,
 )
 from eyas.errors import EyasError
 from eyas.store.job_result import RunStatus
@@ -160,6 +161,11 @@ def convert(cfg: ConvertConfig) -> None:
         raise EyasError("no_rows", f"{cfg.input}: no row converted ({why})")
 
 
+def _server_flags(key: str, prefix: str = "") -> tuple[Flag, ...]:
+    """A flag per `ServerConfig` setting under `key` (the same names in every command)."""
+    return tuple(Flag(f"{key}.{k}", f"--{prefix}{name}") for k, name in server_option_keys())
+
+
 _MODEL_FLAGS = (
     Flag("model.dir", "--model"),
     Flag("model.profile", "--profile"),
@@ -222,14 +228,8 @@ def prepare(cfg: PipelineConfig) -> None:
     Flag("generate.input"),
     Flag("generate.out"),
     Flag("backend.kind", "--backend"),
-    Flag("backend.urls", "--url"),
-    Flag("backend.url_file"),
-    Flag("backend.concurrency"),
-    Flag("backend.adaptive_concurrency"),
+    *_server_flags("backend"),
     Flag("backend.batch_size"),
-    Flag("backend.timeout_s", "--timeout"),
-    Flag("backend.retry.max_attempts"),
-    Flag("backend.retry.max_consecutive_failures"),
     Flag("generate.max_new_tokens"),
     Flag("sampling.temperature"),
     Flag("generate.multi_turn"),
@@ -392,17 +392,13 @@ def status(cfg: StatusConfig) -> None:
     "data",
     "out",
     "backend",
-    Flag("urls", "--url"),
-    "url_file",
+    *_server_flags("server"),
     "vllm_python",
     "storage_dir",
     "method",
     "aux_layers",
     "dtype",
     "shard_size",
-    "concurrency",
-    "adaptive_concurrency",
-    Flag("timeout_s", "--timeout"),
     "max_len",
     "limit",
     "truncated",
@@ -443,8 +439,7 @@ def capture(cfg: CaptureConfig) -> None:
     "hidden_states",
     "capture_ahead",
     "capture_backend",
-    Flag("capture_urls", "--capture-url"),
-    "capture_concurrency",
+    *_server_flags("capture_server", "capture-"),
     "spool_dir",
     "spool_mb",
     "out",
@@ -605,8 +600,7 @@ def export_samples_cmd(cfg: ExportSamplesConfig) -> None:
     "drafter",
     "input",
     "backend",
-    Flag("urls", "--url"),
-    "url_file",
+    *_server_flags("server"),
     "vllm_python",
     "k",
     "topk",
@@ -617,7 +611,6 @@ def export_samples_cmd(cfg: ExportSamplesConfig) -> None:
     "baseline",
     Flag("baseline_urls", "--baseline-url"),
     "lossless_check",
-    Flag("timeout_s", "--timeout"),
     Flag("json_out", "--json"),
     "trust_remote_code",
     "bench",

@@ -111,6 +111,27 @@ def field_of(model: type[BaseModel], key: str) -> FieldInfo:
     return model.model_fields[parts[-1]]
 
 
+def default_of(model: type[BaseModel], key: str) -> Any:
+    """The default a dotted key takes: through the enclosing model's default when it has one
+    (a command's own defaults for a shared model, e.g. capture's `server.concurrency` 8),
+    else the field's own. PydanticUndefined when it is required."""
+    parts = key.split(".")
+    top = model.model_fields[parts[0]] if "*" not in parts else None
+    own = top is not None and top.default_factory not in (None, _unwrap_optional(top.annotation))
+    if top is not None and len(parts) > 1 and own:
+        value: Any = top.get_default(call_default_factory=True)
+        for part in parts[1:]:
+            if not isinstance(value, BaseModel):
+                break
+            value = getattr(value, part)
+        else:
+            return value
+    field = field_of(model, key)
+    if is_required(field):
+        return PydanticUndefined
+    return field.get_default(call_default_factory=True)
+
+
 def choices_of(field: FieldInfo) -> tuple[str, ...] | None:
     """The values a choice field takes (a Literal, or the names of its registry)."""
     for meta in field.metadata:
@@ -126,11 +147,10 @@ def is_required(field: FieldInfo) -> bool:
     return field.default is PydanticUndefined and field.default_factory is None
 
 
-def _help(field: FieldInfo, spec: Flag | Arg) -> str:
-    if is_required(field):
+def _help(field: FieldInfo, spec: Flag | Arg, default: Any) -> str:
+    if default is PydanticUndefined:
         shown = "; required"
     else:
-        default = field.get_default(call_default_factory=True)
         shown = "" if default is None or default == [] else f"; default {default}"
     described = spec.help or field.description or ""
     if _registry_choices(field):
@@ -163,16 +183,20 @@ def _annotation(field: FieldInfo) -> Any:
     return str  # unions such as `count or 'all'`: the schema parses the text
 
 
-def _parameter(name: str, field: FieldInfo, spec: Flag | Arg) -> inspect.Parameter:
+def _parameter(model: type[BaseModel], name: str, spec: Flag | Arg) -> inspect.Parameter:
+    field = field_of(model, spec.key)
+    default = default_of(model, spec.key)
     annotation = _annotation(field)
     info: Any
     if isinstance(spec, Arg):
-        info = typer.Argument(help=_help(field, spec), metavar=spec.option, show_default=False)
+        info = typer.Argument(
+            help=_help(field, spec, default), metavar=spec.option, show_default=False
+        )
     else:
         names = [spec.option]
         if annotation is bool:
             names = [f"{spec.option}/--no-{spec.option[2:]}"]
-        kwargs: dict[str, Any] = {"help": _help(field, spec), "show_default": False}
+        kwargs: dict[str, Any] = {"help": _help(field, spec, default), "show_default": False}
         if typing.get_origin(annotation) is list:
             kwargs["metavar"] = f"<{spec.option[2:]}>"
         info = typer.Option(*names, **kwargs)
@@ -231,7 +255,7 @@ def schema_flags(
             s.key.replace(".", "_") if isinstance(s, Arg) else f"flag_{k}"
             for k, s in enumerate(specs)
         ]
-        added = [_parameter(n, field_of(model, s.key), s) for n, s in zip(names, specs)]
+        added = [_parameter(model, n, s) for n, s in zip(names, specs)]
         args = [p for p, s in zip(added, specs) if isinstance(s, Arg)]
         flags = [p for p, s in zip(added, specs) if not isinstance(s, Arg)]
 

@@ -11,6 +11,7 @@ itself (`Choices`), so a new entry there is a new valid value everywhere.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable
@@ -117,8 +118,10 @@ class SamplingConfig(_Strict):
 
 class RetryConfig(_Strict):
     max_attempts: int = Field(5, ge=1, description="tries per request")
-    backoff_s: float = Field(1.0, ge=0.0)
-    max_backoff_s: float = Field(60.0, ge=0.0)
+    backoff_s: float = Field(
+        1.0, ge=0.0, description="first retry pause (doubles per attempt, with jitter)"
+    )
+    max_backoff_s: float = Field(60.0, ge=0.0, description="longest retry pause")
     max_consecutive_failures: int = Field(
         64,
         ge=0,
@@ -155,20 +158,21 @@ def _eval_engines() -> Choices:
     return Choices(names, "engine", check)
 
 
-def _served_needs_urls(
-    backend: str, urls: list[str], url_file: Path | None, cfg: Any
-) -> str | None:
+def _served_needs_urls(backend: str, server: ServerConfig, cfg: Any) -> str | None:
     """Why a served engine's settings name no server (None: fine): the user's --url or
     --url-file, or one the engine's servers hook can start with these settings
     (`--vllm-python`)."""
     from eyas.backends.registry import backend_class, can_start, start_flag
 
-    if not backend_class(backend).remote or urls or url_file or can_start(backend, cfg):
+    if (
+        not backend_class(backend).remote
+        or server.urls
+        or server.url_file
+        or can_start(backend, cfg)
+    ):
         return None
     ways = ["--url"]
-    if "url_file" in type(cfg).model_fields and (
-        not isinstance(cfg, EvalConfig) or _joinable(backend)
-    ):
+    if not isinstance(cfg, EvalConfig) or _joinable(backend):
         ways.append("--url-file")
     if flag := start_flag(backend):
         ways.append(flag)
@@ -191,12 +195,13 @@ CaptureEngine = Annotated[str, _engines("capture")]
 EvalEngine = Annotated[str, _eval_engines()]
 
 
-class BackendConfig(_Strict):
-    kind: GenerateEngine = Field(
-        "local",
-        description="where generation runs: sglang, vllm, openai_chat or local (the engines "
-        "of eyas.backends.registry)",
-    )
+class ServerConfig(_Strict):
+    """How a command talks to its engine's servers (the client policy of
+    `eyas.backends.policy`): the same fields, flags and meaning in every command that sends
+    requests (generate's `backend`, capture's and eval's `server`, train's `capture_server`);
+    only the defaults differ per command. `eyas.backends.registry.open_pool` builds the pool
+    from it."""
+
     urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
     url_file: Path | None = Field(
         None,
@@ -207,20 +212,14 @@ class BackendConfig(_Strict):
     concurrency: int | None = Field(
         None,
         ge=1,
-        description="most requests in flight per server (default per engine: vllm and "
-        "openai_chat and sglang 256, local 16 per batch)",
+        description="most requests in flight per server (default per command and engine: "
+        "generate 256 on vllm, sglang and openai_chat, 16 per batch on local; capture 8; "
+        "served eval every prompt of a dataset at once)",
     )
     adaptive_concurrency: bool = Field(
         True,
         description="start low and raise the in-flight limit only while the server's measured "
         "throughput grows (never above concurrency); off: always concurrency",
-    )
-    batch_size: int = Field(
-        1,
-        ge=1,
-        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
-        "member is done, so with long-tailed outputs a batch holds finished slots idle "
-        "(docs/cluster-servers.md); 1 sends each prompt on its own",
     )
     timeout_s: float = Field(
         600.0,
@@ -230,8 +229,6 @@ class BackendConfig(_Strict):
     )
     ready_timeout_s: float = Field(600.0, ge=0, description="seconds to wait for the servers")
     retry: RetryConfig = Field(default_factory=RetryConfig)
-    vllm_endpoint: Literal["completions", "generate"] = "completions"
-    served_model: str | None = None
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (the key is never stored)"
     )
@@ -240,6 +237,118 @@ class BackendConfig(_Strict):
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
         return _check_urls(urls)
+
+    def api_key(self) -> str | None:
+        """The key from `api_key_env` (read when the pool opens, never stored)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def serving(self, urls: list[str]) -> ServerConfig:
+        """These settings for other servers: `urls` only (servers eyas started, or eval's
+        baseline servers)."""
+        return self.model_copy(update={"urls": list(urls), "url_file": None})
+
+
+# the option names of ServerConfig keys whose flags predate it (others: the dashed key)
+_SERVER_OPTION_NAMES = {"urls": "url", "timeout_s": "timeout"}
+
+
+def server_option_keys() -> tuple[tuple[str, str], ...]:
+    """(dotted key under a ServerConfig, option name without dashes) for every setting: the
+    flags each server-talking command generates (`eyas train` prefixes them `capture-`)."""
+    keys = [k for k in ServerConfig.model_fields if k != "retry"]
+    keys += [f"retry.{k}" for k in RetryConfig.model_fields]
+    return tuple((k, _SERVER_OPTION_NAMES.get(k, k.split(".")[-1].replace("_", "-"))) for k in keys)
+
+
+def _server_defaults(**kw: Any) -> Callable[[], ServerConfig]:
+    """A command's own defaults for its `ServerConfig` (retry keys go to `retry`)."""
+    retry = {k: kw.pop(k) for k in list(kw) if k in RetryConfig.model_fields}
+
+    def make() -> ServerConfig:
+        return ServerConfig(**kw, retry=RetryConfig(**retry))
+
+    return make
+
+
+def _server_input(
+    model: type[BaseModel], data: Any, where: str, moved: dict[str, str], command: str
+) -> Any:
+    """The raw input of a command's `ServerConfig` at `where`, before validation:
+
+    - a config written before the server settings had one home still loads: each old key of
+      `moved` (old -> new, dotted under `where`) is moved there; giving both the old and the
+      new key is refused (which one should win?);
+    - the keys given are laid over the command's own defaults (its default_factory), so
+      `--timeout 60` keeps capture's 8 in flight rather than the shared model's default.
+    """
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    server = data.get(where)
+    if server is not None and not isinstance(server, dict):
+        return data  # a ServerConfig already built
+    server = dict(server or {})
+    for old, new in moved.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        node = server
+        *parents, leaf = new.split(".")
+        for part in parents:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
+            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
+            if any(node[leaf][k] != value[k] for k in node[leaf]):
+                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        elif leaf in node and node[leaf] != value:
+            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        node[leaf] = value
+    if where in data or server:
+        own = model.model_fields[where].default_factory().model_dump(exclude_unset=True)
+        retry = {**own.pop("retry", {}), **(server.get("retry") or {})}
+        data[where] = {**own, **server, **({"retry": retry} if retry else {})}
+    return data
+    data = dict(data)
+    server = data.get(where)
+    server = dict(server) if isinstance(server, dict) else {}
+    for old, new in moved.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        node = server
+        *parents, leaf = new.split(".")
+        for part in parents:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
+            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
+            if any(node[leaf][k] != value[k] for k in node[leaf]):
+                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        elif leaf in node and node[leaf] != value:
+            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
+        node[leaf] = value
+    data[where] = server
+    return data
+
+
+class BackendConfig(ServerConfig):
+    """`eyas generate`'s engine: its `ServerConfig` fields plus what only generation sets."""
+
+    kind: GenerateEngine = Field(
+        "local",
+        description="where generation runs: sglang, vllm, openai_chat or local (the engines "
+        "of eyas.backends.registry)",
+    )
+    batch_size: int = Field(
+        1,
+        ge=1,
+        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
+        "member is done, so with long-tailed outputs a batch holds finished slots idle "
+        "(docs/cluster-servers.md); 1 sends each prompt on its own",
+    )
+    vllm_endpoint: Literal["completions", "generate"] = "completions"
+    served_model: str | None = None
 
     @model_validator(mode="after")
     def _urls_for_http(self) -> BackendConfig:
@@ -372,11 +481,30 @@ def method_option_keys() -> tuple[str, ...]:
     return tuple(k for model in METHOD_OPTIONS for k in model.model_fields)
 
 
+# keys of configs written before the server settings had one home (old -> new under the
+# command's ServerConfig): still loaded, see docs/cluster-servers.md
+_TRAIN_LEGACY = {"capture_urls": "urls", "capture_concurrency": "concurrency"}
+_CAPTURE_LEGACY = {
+    **{k: k for k in ("urls", "url_file", "url_file_s", "concurrency", "adaptive_concurrency")},
+    **{k: k for k in ("timeout_s", "ready_timeout_s")},
+    **{k: f"retry.{k}" for k in ("max_attempts", "backoff_s", "max_consecutive_failures")},
+}
+_EVAL_LEGACY = {k: k for k in ("urls", "url_file", "url_file_s", "timeout_s", "retry")}
+
+
 class TrainConfig(_Strict, *METHOD_OPTIONS):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
     7 TTT steps with weights 0.8^k); each method's own options come from its package."""
 
-    path_keys: ClassVar = ("target", "data", "hidden_states", "out", "quarantine", "spool_dir")
+    path_keys: ClassVar = (
+        "target",
+        "data",
+        "hidden_states",
+        "out",
+        "quarantine",
+        "spool_dir",
+        "capture_server.url_file",
+    )
     input_keys: ClassVar = ("target", "data", "hidden_states", "quarantine")
 
     target: Path = Field(description="target model directory")
@@ -395,11 +523,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     capture_backend: CaptureEngine = Field(
         "local", description="with --capture-ahead: where the states are captured (local, vllm)"
     )
-    capture_urls: list[str] = Field(
-        default_factory=list, description="with --capture-ahead: vLLM capture server URLs"
-    )
-    capture_concurrency: int = Field(
-        8, ge=1, description="with --capture-ahead: most capture requests in flight per server"
+    # 8 in flight per server as `eyas capture`; the other defaults are those streamed capture
+    # had before it took these settings (5 attempts, 600 s to wait for the servers)
+    capture_server: ServerConfig = Field(
+        default_factory=_server_defaults(concurrency=8),
+        description="with --capture-ahead: the capture servers and how they are asked (the "
+        "same settings as `eyas capture`'s, flags prefixed --capture-)",
     )
     spool_dir: Path | None = Field(
         None,
@@ -497,6 +626,11 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     )
     trust_remote_code: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _server_input(cls, data, "capture_server", _TRAIN_LEGACY, "train")
+
     @field_validator("aux_layers")
     @classmethod
     def _aux_order(cls, value: list[int] | None) -> list[int] | None:
@@ -538,7 +672,8 @@ class CaptureConfig(_Strict):
         "vllm_python",
         "quarantine",
         "storage_dir",
-        "url_file",
+        "server.url_file",
+        "url_file",  # the old key (moved to server.url_file)
     )
     input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
 
@@ -546,13 +681,10 @@ class CaptureConfig(_Strict):
     data: Path = Field(description="generate stage dir, Parquet or sample JSONL")
     out: Path = Field(description="capture output directory (shards + manifest)")
     backend: CaptureEngine = Field("local", description="where the target runs")
-    urls: list[str] = Field(default_factory=list, description="vLLM capture server URL(s)")
-    url_file: Path | None = Field(
-        None,
-        description="a file of server URLs, one a line, re-read every url_file_s while the "
-        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
+    server: ServerConfig = Field(
+        default_factory=_server_defaults(concurrency=8, ready_timeout_s=300.0, max_attempts=4),
+        description="the capture servers and how they are asked",
     )
-    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts and stops a local server"
     )
@@ -571,22 +703,6 @@ class CaptureConfig(_Strict):
     )
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="stored state dtype")
     shard_size: int = Field(64, ge=1, description="samples per committed shard")
-    concurrency: int = Field(8, ge=1, description="most requests in flight per server")
-    adaptive_concurrency: bool = Field(
-        True, description="raise the in-flight limit only while the throughput grows"
-    )
-    timeout_s: float = Field(
-        600.0, gt=0, description="seconds a request may wait without its server showing progress"
-    )
-    ready_timeout_s: float = Field(300.0, ge=0)
-    max_attempts: int = Field(4, ge=1)
-    backoff_s: float = Field(1.0, ge=0, description="first retry pause (doubles per attempt)")
-    max_consecutive_failures: int = Field(
-        64,
-        ge=0,
-        description="stop (resumably) after this many samples in a row fail on transient "
-        "errors; 0 never stops",
-    )
     max_len: int | None = Field(None, ge=8, description="skip longer sequences (recorded)")
     truncated: Literal["train", "skip"] = Field(
         "train", description="cut outputs that are not loops: capture them or skip them"
@@ -616,9 +732,14 @@ class CaptureConfig(_Strict):
     def _method(cls, value: str) -> str:
         return _drafter_method(value)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _server_input(cls, data, "server", _CAPTURE_LEGACY, "capture")
+
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
-        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
+        if why := _served_needs_urls(self.backend, self.server, self):
             raise ValueError(why)
         return self
 
@@ -636,7 +757,8 @@ class EvalConfig(_Strict):
         "json_out",
         "vllm_python",
         "html_out",
-        "url_file",
+        "server.url_file",
+        "url_file",  # the old key (moved to server.url_file)
     )
     input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
 
@@ -662,13 +784,11 @@ class EvalConfig(_Strict):
         description="local (offline), or inside a serving engine (the engines of "
         "eyas.backends.registry with an acceptance hook: vllm, sglang)",
     )
-    urls: list[str] = Field(default_factory=list, description="server URL (served backends)")
-    url_file: Path | None = Field(
-        None,
-        description="served: a file of server URLs (with the drafter), one a line, re-read "
-        "every url_file_s while the run lasts: servers listed later join the run",
+    server: ServerConfig = Field(
+        default_factory=_server_defaults(adaptive_concurrency=False),
+        description="served: the servers with the drafter and how they are asked (the "
+        "baseline servers are asked the same way)",
     )
-    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
     vllm_python: Path | None = Field(
         None, description="python of a vLLM install: eyas starts the server with the drafter"
     )
@@ -691,10 +811,6 @@ class EvalConfig(_Strict):
         description="at temperature 0, compare the outputs with the target's greedy decoding "
         "(served: with a baseline server run twice, never a model loaded here; off without one)",
     )
-    timeout_s: float = Field(
-        600.0, gt=0, description="served: seconds a request may wait without server progress"
-    )
-    retry: RetryConfig = Field(default_factory=RetryConfig)
     seed: int = 0
     json_out: Path | None = Field(None, description="write the result as JSON")
     html_out: Path | None = Field(None, description="write the result as an HTML report")
@@ -709,7 +825,12 @@ class EvalConfig(_Strict):
             return [b.strip() for item in v for b in str(item).split(",") if b.strip()]
         return v
 
-    @field_validator("urls", "baseline_urls")
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _server_input(cls, data, "server", _EVAL_LEGACY, "eval")
+
+    @field_validator("baseline_urls")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
         return _check_urls(urls)
@@ -720,7 +841,7 @@ class EvalConfig(_Strict):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
         from eyas.backends.registry import ENGINES, eval_engine_names, start_flag
 
-        if self.url_file is not None and not _joinable(self.backend):
+        if self.server.url_file is not None and not _joinable(self.backend):
             # figures from counter deltas read before and after each dataset on every server:
             # one joining in between would count its whole history
             joinable = [n for n in eval_engine_names() if _joinable(n)]
@@ -728,7 +849,7 @@ class EvalConfig(_Strict):
                 f"--url-file needs --backend {' or '.join(joinable)} (list {self.backend} "
                 "servers with --url)"
             )
-        if why := _served_needs_urls(self.backend, self.urls, self.url_file, self):
+        if why := _served_needs_urls(self.backend, self.server, self):
             raise ValueError(why)
         served = ENGINES[self.backend].acceptance is not None
         if served and self.vllm_python is not None and start_flag(self.backend) != "--vllm-python":

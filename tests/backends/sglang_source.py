@@ -91,15 +91,16 @@ def load(version: str, relpath: str, **provided) -> types.ModuleType:
     return module
 
 
-def method_of(version: str, relpath: str, cls: str, name: str):
-    """One method of one class of a shipped file, as a plain function (`self` first)."""
+def method_of(version: str, relpath: str, cls: str, name: str, **provided):
+    """One method of one class of a shipped file, as a plain function (`self` first); names in
+    `provided` are the module-level names it uses (`re`, `torch`, a loader, a logger)."""
     path = source_dir() / version / relpath
     tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == name:
-                    namespace: dict = {}
+                    namespace: dict = dict(provided)
                     exec("from typing import *", namespace)
                     exec(compile(ast.Module([item], []), str(path), "exec"), namespace)
                     return namespace[name]

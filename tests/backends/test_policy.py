@@ -15,6 +15,7 @@ from eyas.backends.policy import AdaptiveLimit, ClientPolicy, RequestFailed
 from eyas.backends.reasons import REASONS, BackendError
 from eyas.backends.registry import open_pool
 from eyas.backends.sglang.client import parse_sglang_item
+from eyas.config import RetryConfig, ServerConfig
 from eyas.testing.fake_sglang import fake_output
 from eyas.testing.server import fake_server
 
@@ -25,10 +26,19 @@ def request(i: int, max_new: int = 8) -> GenRequest:
     return GenRequest(id=f"r{i}", prompt_ids=[7, 11 + i, 13], max_new_tokens=max_new, sampling={})
 
 
-async def run_all(url, policy, n, *, batch_size=1, during=None):
+def _server(*, adaptive: bool = True, urls=(), url_file=None, **kw) -> ServerConfig:
+    """A ServerConfig from the policy's own names (`adaptive`, retry keys at the top)."""
+    retry = {k: kw.pop(k) for k in list(kw) if k in RetryConfig.model_fields}
+    return ServerConfig(
+        urls=list(urls), url_file=url_file, adaptive_concurrency=adaptive, retry=retry, **kw
+    )
+
+
+async def run_all(url, server, n, *, batch_size=1, during=None):
     """n requests through a pool; (results or RequestFailed, latencies, pool)."""
     settings = BackendSettings(stop_token_ids=STOP, batch_size=batch_size)
-    async with open_pool("sglang", settings, [url], policy, operation="generate") as pool:
+    server = server.serving([url])
+    async with open_pool("sglang", settings, server, operation="generate") as pool:
 
         async def one(i):
             start = time.perf_counter()
@@ -53,12 +63,12 @@ def test_a_slow_busy_server_finishes_with_zero_wasted_retries():
     args = ("--capacity", "4", "--service-s", "0.2")
     timeout = 1.0
     with fake_server("eyas.testing.fake_sglang", *args) as server:
-        fixed = ClientPolicy(concurrency=32, adaptive=False, timeout_s=timeout)
+        fixed = _server(concurrency=32, adaptive=False, timeout_s=timeout)
         results, latencies, pool = asyncio.run(run_all(server.url, fixed, 40))
         assert all(not isinstance(r, RequestFailed) for r in results)
         assert max(latencies) > timeout  # the old total timeout would have cancelled these
         assert pool.retries == 0 and pool.completed == 40
-        adaptive = ClientPolicy(concurrency=32, adaptive=True, timeout_s=timeout)
+        adaptive = _server(concurrency=32, adaptive=True, timeout_s=timeout)
         results, latencies, pool = asyncio.run(run_all(server.url, adaptive, 80))
     assert [r.output_ids for r in results] == [
         fake_output(request(i).prompt_ids, 8, STOP)[0] for i in range(80)
@@ -91,7 +101,7 @@ def test_the_adaptive_limit_finds_a_servers_capacity():
 
 
 def test_a_server_that_dies_is_detected_by_the_breaker():
-    policy = ClientPolicy(
+    policy = _server(
         concurrency=4, timeout_s=1.0, max_attempts=2, backoff_s=0.05, max_consecutive_failures=3
     )
     with fake_server("eyas.testing.fake_sglang", "--capacity", "2", "--service-s", "0.05") as srv:
@@ -113,7 +123,7 @@ def test_a_server_that_dies_is_detected_by_the_breaker():
 def test_hung_connections_on_a_frozen_server_are_retried_then_stopped():
     """SIGSTOP: the server holds its connections and answers nothing, /health included. The
     requests in flight time out (no progress) and are retried; the breaker ends the run."""
-    policy = ClientPolicy(
+    policy = _server(
         concurrency=4, timeout_s=0.6, max_attempts=2, backoff_s=0.05, max_consecutive_failures=4
     )
     with fake_server("eyas.testing.fake_sglang", "--capacity", "2", "--service-s", "0.05") as srv:
@@ -135,11 +145,13 @@ def test_hung_connections_on_a_frozen_server_are_retried_then_stopped():
 def test_a_bad_item_in_a_batch_fails_alone():
     """SGLang answers a whole batch with 400 when one item is bad; the backend resends the
     items one by one, so only that item fails (permanently) and the rest are generated."""
-    policy = ClientPolicy(concurrency=8, timeout_s=5.0, max_attempts=3, backoff_s=0.01)
+    policy = _server(concurrency=8, timeout_s=5.0, max_attempts=3, backoff_s=0.01)
 
     async def go(url):
         settings = BackendSettings(stop_token_ids=STOP, batch_size=8)
-        async with open_pool("sglang", settings, [url], policy, operation="generate") as pool:
+        async with open_pool(
+            "sglang", settings, policy.serving([url]), operation="generate"
+        ) as pool:
             reqs = [request(i) for i in range(8)]
             reqs[3] = GenRequest(id="long", prompt_ids=[5] * 64, max_new_tokens=8, sampling={})
             return await asyncio.gather(
@@ -205,13 +217,11 @@ def test_no_server_answering_is_refused_within_ready_timeout(tmp_path):
     dead = [_closed_port_url(), _closed_port_url()]
     url_file = tmp_path / "urls.txt"
     url_file.write_text("# comment\n\nnot-a-url\n")
-    policy = ClientPolicy(concurrency=2, ready_timeout_s=1.0)
+    server = _server(concurrency=2, ready_timeout_s=1.0, urls=dead, url_file=url_file)
     settings = BackendSettings(stop_token_ids=STOP)
 
     async def go():
-        async with open_pool(
-            "sglang", settings, dead, policy, operation="generate", url_file=url_file
-        ):
+        async with open_pool("sglang", settings, server, operation="generate"):
             pass
 
     start = time.perf_counter()

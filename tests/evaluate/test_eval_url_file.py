@@ -10,7 +10,7 @@ from eyas.config import EvalConfig
 def test_url_file_is_taken_for_sglang_and_refused_for_vllm(tmp_path):
     base = {"target": tmp_path, "drafter": tmp_path, "input": tmp_path}
     cfg = EvalConfig(**base, backend="sglang", url_file=tmp_path / "urls.txt")
-    assert cfg.url_file == tmp_path / "urls.txt" and cfg.urls == []
+    assert cfg.server.url_file == tmp_path / "urls.txt" and cfg.server.urls == []
     for backend in ("vllm", "local"):
         with pytest.raises(ValidationError, match="--url-file needs --backend sglang"):
             EvalConfig(**base, backend=backend, url_file=tmp_path / "urls.txt")

@@ -374,6 +374,20 @@ def test_the_exports_validate_against_the_wrapper(drafter, kimi_toy, tmp_path):
         "export", "drafter", "--checkpoint", drafter, "--format", "sglang", "--out", tmp_path / "s"
     )
     assert sglang.exit_code == 1 and "sglang_layer_ids_ambiguous" in sglang.output
+    # named, the version decides: layer outputs for 0.5.12; 0.5.23 cannot capture HF layer 1
+    sglang = cli(
+        "export", "drafter", "--checkpoint", drafter, "--format", "sglang", "--out",
+        tmp_path / "s", "--engine-version", "0.5.12.post1",
+    )  # fmt: skip
+    assert sglang.exit_code == 0, sglang.output
+    config = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    assert config["eyas"]["sglang_ids_for_version"] == "< 0.5.13"
+    sglang = cli(
+        "export", "drafter", "--checkpoint", drafter, "--format", "sglang", "--out",
+        tmp_path / "s2", "--engine-version", "0.5.23",
+    )  # fmt: skip
+    assert sglang.exit_code == 1 and "sglang_layer_ids_unservable" in sglang.output
 
 
 @pytest.mark.slow

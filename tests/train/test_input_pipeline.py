@@ -150,8 +150,10 @@ def test_a_failed_setup_leaves_the_process_group(tmp_path, toy_tiny, monkeypatch
 
 
 def test_the_budget_scales_as_its_formula_says():
+    from eyas.drafter.memory import ActivationShape
     from eyas.train.budget import estimate, kimi_table
 
+    shape = ActivationShape.mha(64, 64, 4, 16, 128)
     kw = dict(
         hidden=64,
         n_aux=3,
@@ -164,6 +166,7 @@ def test_the_budget_scales_as_its_formula_says():
         teacher_head_params=2000,
         tokens_per_rank=100,
         peak_flops=1e12,
+        shape=shape,
     )
     one = estimate(world=1, fsdp=True, **kw)
     four = estimate(world=4, fsdp=True, **kw)
@@ -175,7 +178,63 @@ def test_the_budget_scales_as_its_formula_says():
     assert four.tokens_per_s == pytest.approx(4 * one.tokens_per_s, rel=1e-3)
     rows = kimi_table()
     assert [r["world"] for r in rows] == [1, 8, 16]
-    assert rows[0]["trainable_params"] == 1_058_000_000
+    # issue 28's fc 154M and head 229M, the MHA attention and MLP counted from their shapes
+    assert rows[0]["trainable_params"] == 154_000_000 + 229_000_000 + 411_041_792 + 264_241_152
+
+
+def test_the_budgets_activations_are_the_drafter_memory_count():
+    """One owner for the arithmetic: the budget's activations are `activation_elements_per_token`
+    times the element size and the tokens, so they move with TTT, tokens, AC, precision and the
+    attention's shape exactly as that count does."""
+    from eyas.drafter.memory import activation_elements_per_token
+    from eyas.train.budget import KIMI_MHA, KIMI_MLA, kimi_table
+
+    def act(**kw):
+        return kimi_table(gpus=(8,), **kw)[0]["activations_gb"]
+
+    for attention, shape in (("mha", KIMI_MHA), ("mla", KIMI_MLA)):
+        for ac in (False, True):
+            per_token = 2 * activation_elements_per_token(shape, 7, ac)  # bf16, TTT 7
+            got = act(attention=attention, checkpointing=ac)
+            assert got == pytest.approx(per_token * 16_384 / 1e9, abs=0.01)
+        assert act(attention=attention, tokens_per_rank=32_768) == pytest.approx(
+            2 * act(attention=attention), abs=0.02
+        )
+        assert act(attention=attention, checkpointing=True) < act(attention=attention) / 3
+    # MLA keeps wider keys ([nope ; rope] = 192) and pads earlier steps' k, v: more activations
+    assert act(attention="mla") > act(attention="mha")
+    mla, mha = kimi_table(gpus=(8,), attention="mla")[0], kimi_table(gpus=(8,))[0]
+    assert mla["attention"] == "mla" and mha["attention"] == "mha"
+    assert mla["trainable_params"] < mha["trainable_params"]  # MLA's low-rank projections
+
+
+def test_the_budgets_attention_weights_are_the_built_layers():
+    import types
+
+    from eyas.drafter.eagle3.model import Attention
+    from eyas.drafter.memory import ActivationShape
+    from eyas.drafter.mla import MLAAttention
+    from eyas.train.budget import attention_params
+
+    cfg = types.SimpleNamespace(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=16,
+        rope_theta=10000.0,
+        rope_scaling=None,
+        rms_norm_eps=1e-6,
+        q_lora_rank=24,
+        kv_lora_rank=16,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+    )
+    mla = ActivationShape(64, 64, 4, 24, 12, 128, 24, 16, 8)
+    built = sum(p.numel() for p in MLAAttention(cfg, 128).parameters())
+    assert attention_params(mla) == built
+    mha = ActivationShape.mha(64, 64, 4, 16, 128)
+    assert attention_params(mha) == sum(p.numel() for p in Attention(cfg).parameters())
 
 
 def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_samples):
@@ -186,6 +245,17 @@ def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_sam
     trainer.setup()
     line = next(x for x in lines if x.startswith("memory estimate per GPU"))
     assert "trainable state" in line and "3,000 tokens" in line
+    # the activations printed are the drafter's own count at the run's TTT and precision
+    from eyas.drafter.memory import ActivationShape, activation_elements_per_token
+
+    budget = trainer._budget()
+    shape = ActivationShape.of_config(trainer.raw_model.config)
+    assert shape.hidden == trainer.raw_model.config.hidden_size
+    size = 2 if trainer.bf16 else 4
+    on = trainer.cfg.activation_checkpointing == "on"
+    count = activation_elements_per_token(shape, trainer.cfg.ttt, on)
+    assert budget.activations_gb == round(size * count * 3000 / 1e9, 2) > 0
+    assert budget.activation_checkpointing == on
 
 
 def test_an_id_two_jobs_captured_is_packed_once(tmp_path):

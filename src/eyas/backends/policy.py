@@ -45,10 +45,13 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eyas.backends.base import Backend, Progress
 from eyas.backends.reasons import BackendError
+
+if TYPE_CHECKING:
+    from eyas.config import ServerConfig
 
 T = TypeVar("T")
 
@@ -70,14 +73,21 @@ class ClientPolicy:
         return min(5.0, max(0.05, self.timeout_s / 10))
 
     @classmethod
-    def from_retry(cls, retry: Any, **kw: Any) -> ClientPolicy:
-        """From an `eyas.config.RetryConfig` plus the stage's own settings."""
+    def from_config(
+        cls, server: ServerConfig, *, concurrency: int, adaptive: bool = True
+    ) -> ClientPolicy:
+        """From an `eyas.config.ServerConfig`: its settings, with `concurrency` when it sets
+        none; `adaptive=False` (an in-process engine) turns the adaptive limit off."""
+        retry = server.retry
         return cls(
+            concurrency=server.concurrency or concurrency,
+            adaptive=server.adaptive_concurrency and adaptive,
+            timeout_s=server.timeout_s,
+            ready_timeout_s=server.ready_timeout_s,
             max_attempts=retry.max_attempts,
             backoff_s=retry.backoff_s,
             max_backoff_s=retry.max_backoff_s,
             max_consecutive_failures=retry.max_consecutive_failures,
-            **kw,
         )
 
 
@@ -261,6 +271,26 @@ class ServerPool:
         self._grew: asyncio.Event | None = None
         self._watcher: asyncio.Task | None = None
 
+    @classmethod
+    def from_config(
+        cls,
+        server: ServerConfig,
+        backends: list[Backend],
+        *,
+        concurrency: int,
+        adaptive: bool = True,
+        new_backend: Callable[[str], Backend] | None = None,
+    ) -> ServerPool:
+        """The pool an `eyas.config.ServerConfig` describes (the one way every command builds
+        its pool; see `ClientPolicy.from_config` for `concurrency` and `adaptive`)."""
+        return cls(
+            backends,
+            ClientPolicy.from_config(server, concurrency=concurrency, adaptive=adaptive),
+            new_backend=new_backend,
+            url_file=server.url_file,
+            url_file_s=server.url_file_s,
+        )
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def ready(self) -> list[dict[str, Any]]:
@@ -443,6 +473,7 @@ class ServerPool:
             "failure_reasons": dict(self.failure_reasons),
             "stopped_reason": self.stopped_reason,
             "timeout_s": self.policy.timeout_s,
+            "max_attempts": self.policy.max_attempts,
         }
 
     # -- one request ----------------------------------------------------------------------------

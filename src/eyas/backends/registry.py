@@ -4,23 +4,26 @@ one module (its backend class, with `from_settings`, `operations` and the operat
 for served evaluation an acceptance hook; for servers eyas starts, a servers hook) plus one line
 here (docs/architecture.md, "Adding an engine").
 
-    async with open_pool("vllm", settings, urls, policy, operation="capture") as pool:
+    async with open_pool("vllm", settings, cfg.server, operation="capture") as pool:
         states, attempts = await pool.call(lambda b: b.capture(sample_id, ids))
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eyas.backends.base import Backend, BackendSettings
-from eyas.backends.policy import ClientPolicy, ServerPool
+from eyas.backends.policy import ServerPool
 from eyas.backends.reasons import BackendError
 from eyas.errors import EyasError, RefusedError
+
+if TYPE_CHECKING:
+    from eyas.config import ServerConfig
 
 SERVED_EVALUATOR = "eyas.evaluate.served:evaluate_served"
 
@@ -154,37 +157,38 @@ def build_backends(
 async def open_pool(
     name: str,
     settings: BackendSettings,
-    urls: list[str],
-    policy: ClientPolicy,
+    server: ServerConfig,
     *,
     operation: str,
-    url_file: Path | None = None,
-    url_file_s: float = 5.0,
+    concurrency: int | None = None,
 ) -> AsyncIterator[ServerPool]:
-    """A pool of `name`'s servers, ready as soon as one serves (the others join when they
-    answer; `url_file` adds servers while it runs), its HTTP session and backends closed on
-    exit. No server ready within the policy's ready_timeout_s is a refusal (exit 1)."""
+    """A pool of `name`'s servers as `server` (an `eyas.config.ServerConfig`) describes them,
+    ready as soon as one serves (the others join when they answer; its `url_file` adds
+    servers while it runs), its HTTP session and backends closed on exit. `concurrency` is the
+    in-flight ceiling when `server` sets none (default: the engine's). No server ready within
+    `server.ready_timeout_s` is a refusal (exit 1)."""
     try:
         check_engine(name, operation)
     except ValueError as exc:
         raise EyasError("bad_flag", str(exc)) from exc
+    cls = backend_class(name)
+    if server.url_file is not None and not cls.remote:
+        raise EyasError("bad_flag", f"engine {name} runs in process: it takes no --url-file")
+    settings = dataclasses.replace(settings, api_key=server.api_key() or settings.api_key)
     session = None
-    if backend_class(name).remote:
+    if cls.remote:
         import aiohttp
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
     try:
-        cls = backend_class(name)
-        if url_file is not None and not cls.remote:
-            raise EyasError("bad_flag", f"engine {name} runs in process: it takes no --url-file")
-        remote_only_file = cls.remote and not urls and url_file is not None
-        backends = [] if remote_only_file else build_backends(name, settings, urls, session)
-        pool = ServerPool(
+        remote_only_file = cls.remote and not server.urls and server.url_file is not None
+        backends = [] if remote_only_file else build_backends(name, settings, server.urls, session)
+        pool = ServerPool.from_config(
+            server,
             backends,
-            policy,
+            concurrency=concurrency or ENGINES[name].default_concurrency,
+            adaptive=cls.remote,  # an in-process engine's batch is its limit
             new_backend=lambda url: cls.from_settings(settings, url=url, session=session),
-            url_file=url_file,
-            url_file_s=url_file_s,
         )
         try:
             try:

@@ -38,7 +38,7 @@ import torch
 from eyas import __version__
 from eyas.backends import registry
 from eyas.backends.base import BackendSettings
-from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
+from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
 from eyas.capture.result import CaptureDryRun, CaptureResult
 from eyas.config import CaptureConfig
@@ -128,33 +128,19 @@ async def capture_one(pool: ServerPool, sample_id: str, ids: list[int], layers: 
 async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
     """The configured capture engine's pool: the user's servers, or one the engine's servers
     hook starts (`registry.servers`: vLLM with `--vllm-python`)."""
-    policy = ClientPolicy(
-        concurrency=cfg.concurrency,
-        adaptive=cfg.adaptive_concurrency and backend_class(cfg.backend).remote,
-        timeout_s=cfg.timeout_s,
-        max_attempts=cfg.max_attempts,
-        backoff_s=cfg.backoff_s,
-        max_consecutive_failures=cfg.max_consecutive_failures,
-        ready_timeout_s=cfg.ready_timeout_s,
-    )
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
-    if cfg.urls or cfg.url_file or not registry.can_start(cfg.backend, cfg):
-        async with open_pool(
-            cfg.backend,
-            settings,
-            cfg.urls,
-            policy,
-            operation="capture",
-            url_file=cfg.url_file,
-            url_file_s=cfg.url_file_s,
-        ) as pool:
+    server = cfg.server
+    if server.urls or server.url_file or not registry.can_start(cfg.backend, cfg):
+        async with open_pool(cfg.backend, settings, server, operation="capture") as pool:
             yield pool
         return
     hook = registry.servers(cfg.backend)
     log(f"starting a {cfg.backend} capture server")
     log_path = cfg.out / f"{cfg.backend}-server.log"
     with hook.for_capture(cfg, layers=layers, target=target, log_path=log_path) as url:
-        async with open_pool(cfg.backend, settings, [url], policy, operation="capture") as pool:
+        async with open_pool(
+            cfg.backend, settings, server.serving([url]), operation="capture"
+        ) as pool:
             yield pool
 
 

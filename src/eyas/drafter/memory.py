@@ -7,13 +7,16 @@ per step. `auto` turns it on for micro-batches wider than `AC_AUTO_TOKENS` token
 kept activations start to dominate a rank's memory (bench/bench_train_memory.py measures the
 saving and the step-time cost; docs/training-checkpoints.md quotes them).
 
-`default_max_len` is the `--max-len` used when none is given: the longest sample whose
-activations (`activation_bytes_per_token`, an estimate by element count) fit half the device,
-capped by the target's context.
+`activation_elements_per_token` counts a drafter's activations by element from its shape (MHA
+or MLA attention, TTT steps, AC on or off); it is the one count of them: `default_max_len` (the
+`--max-len` used when none is given: the longest sample whose activations fit half the device,
+capped by the target's context) and the per-GPU estimate `eyas train` prints
+(`eyas.train.budget`) both use it. An estimate, not a measurement.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 AC_AUTO_TOKENS = 4096
@@ -27,6 +30,117 @@ def checkpointing_on(train_cfg: Any, width: int) -> bool:
     return mode == "on" or (mode == "auto" and width > AC_AUTO_TOKENS)
 
 
+@dataclass(frozen=True)
+class ActivationShape:
+    """The widths the activation count reads from a drafter's layer. MHA: `qk_head_dim` =
+    `v_head_dim` = head_dim and no ranks; MLA (`eyas.drafter.mla`): `qk_head_dim` = nope + rope,
+    and the low ranks its projections pass through."""
+
+    hidden: int
+    target_hidden: int
+    heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    intermediate: int
+    q_lora_rank: int | None = None  # MLA; None: q projected directly
+    kv_lora_rank: int = 0  # MLA; 0: MHA
+    qk_rope_head_dim: int = 0  # MLA
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @classmethod
+    def mha(
+        cls, hidden: int, target_hidden: int, heads: int, head_dim: int, intermediate: int
+    ) -> ActivationShape:
+        return cls(hidden, target_hidden, heads, head_dim, head_dim, intermediate)
+
+    @classmethod
+    def of_config(cls, cfg: Any) -> ActivationShape:
+        """From a drafter config (`Eagle3Config`, `DFlashConfig`)."""
+        if getattr(cfg, "attention", "mha") == "mla":
+            return cls(
+                cfg.hidden_size,
+                cfg.target_hidden_size,
+                cfg.num_attention_heads,
+                cfg.qk_nope_head_dim + cfg.qk_rope_head_dim,
+                cfg.v_head_dim,
+                cfg.intermediate_size,
+                cfg.q_lora_rank,
+                cfg.kv_lora_rank,
+                cfg.qk_rope_head_dim,
+            )
+        return cls.mha(
+            cfg.hidden_size,
+            cfg.target_hidden_size,
+            cfg.num_attention_heads,
+            cfg.head_dim,
+            cfg.intermediate_size,
+        )
+
+
+def _kept_kv(s: ActivationShape) -> int:
+    """Keys and values one step keeps per token. MHA: k and v repeated to every head. MLA: k
+    ([nope ; rope] per head) and v, a view of kv_b_proj's [nope ; v] output, which it keeps."""
+    h = s.heads
+    if s.mla:
+        return h * s.qk_head_dim + h * (s.qk_head_dim - s.qk_rope_head_dim + s.v_head_dim)
+    return h * (s.qk_head_dim + s.v_head_dim)
+
+
+def _attention_inside(s: ActivationShape) -> int:
+    """The attention's elements per token inside one step (what AC recomputes).
+
+    MHA: q, k (projected, rotated) and v (projected): 4 h qk + h v. MLA: the low-rank
+    projections and their norms (2 q_lora, kv_lora + rope, kv_lora), q and kv_b_proj's
+    [nope ; v] (h qk + h (nope + v)), the rotated rope parts (h rope + rope); `ttt_attention`
+    then pads q, k, v to one width w = max(qk, v) when they differ, of which the padded q is
+    saved (h w). Both: the sink-padded q, k, v (3 h w), the kernel's output, its fp32 merge
+    (counted twice) and the copy o_proj reads (3 h w + h v)."""
+    h, qk, v = s.heads, s.qk_head_dim, s.v_head_dim
+    w = max(qk, v)
+    if s.mla:
+        rope, nope = s.qk_rope_head_dim, qk - s.qk_rope_head_dim
+        low = 2 * (s.q_lora_rank or 0) + 2 * s.kv_lora_rank + rope
+        proj = low + h * qk + h * (nope + v) + h * rope + rope
+        pad = h * w if qk != v else 0
+    else:
+        proj, pad = 4 * h * qk + h * v, 0
+    return proj + pad + 3 * h * w + 3 * h * w + h * v
+
+
+def activation_elements_per_token(shape: ActivationShape, ttt: int, checkpointing: bool) -> int:
+    """Elements of activations per trained token at `ttt` steps (the one count both
+    `default_max_len` and `eyas.train.budget` use):
+
+    - kept whatever the mode: the 3 fused target states and the final state (4 Ht), the fused
+      hidden (H);
+    - kept per step with AC: the fed-back and normalised states (2H), the step's keys and
+      values (`_kept_kv`), the loss's shifted teacher state (Ht);
+    - kept per step without AC, in addition: the layer's inside (norms, the 2H attention input,
+      residuals: 10 H; the attention's, `_attention_inside`; the MLP's 4 I); with AC one
+      step's worth is live at a time, during its recompute;
+    - MLA only: step s pads the keys and values of the s earlier steps to one width, so this
+      term grows with the square of `ttt` without AC.
+
+    Not counted: under bf16 the diagonal merge's fp32 copies of earlier steps' values.
+
+    For MHA at head_dim d this is the per step 2 H + 2 h d + Ht and inside 10 H + 12 h d + 4 I
+    that docs/training-checkpoints.md gives.
+    """
+    s = shape
+    kept = 4 * s.target_hidden + s.hidden
+    step = 2 * s.hidden + _kept_kv(s) + s.target_hidden
+    inside = 10 * s.hidden + _attention_inside(s) + 4 * s.intermediate
+    # MLA's q/k and v widths differ, so each step pads the k, v of every earlier step it attends
+    # on the diagonal (2 h w each): 0 + 1 + ... + (ttt - 1) earlier steps in all
+    pad = 2 * s.heads * max(s.qk_head_dim, s.v_head_dim) if s.qk_head_dim != s.v_head_dim else 0
+    if checkpointing:  # one step's inside, the last one's pads included, live at a time
+        return kept + ttt * step + inside + (ttt - 1) * pad
+    return kept + ttt * (step + inside) + ttt * (ttt - 1) // 2 * pad
+
+
 def activation_bytes_per_token(
     hidden: int,
     target_hidden: int,
@@ -37,22 +151,10 @@ def activation_bytes_per_token(
     checkpointing: bool,
     dtype_bytes: int = 2,
 ) -> int:
-    """Bytes of activations per trained token at `ttt` steps, counted by element:
-
-    - kept whatever the mode: the 3 fused target states and the final state (4 Ht), the fused
-      hidden (H);
-    - kept per step with AC: the fed-back and normalised states (2H), keys and values repeated
-      to every head (2 h d), the loss's shifted teacher state (Ht);
-    - kept per step without AC, in addition: the layer's inside (norms, the 2H attention input,
-      q/k/v before and after rotary, the sink-padded copies, the MLP's 4 I): about
-      10 H + 12 h d + 4 I; with AC one step's worth is live at a time, during its recompute.
-    """
-    kept = 4 * target_hidden + hidden
-    step = 2 * hidden + 2 * heads * head_dim + target_hidden
-    inside = 10 * hidden + 12 * heads * head_dim + 4 * intermediate
-    per_step = step if checkpointing else step + inside
-    recompute = inside if checkpointing else 0
-    return dtype_bytes * (kept + ttt * per_step + recompute)
+    """Bytes of activations per trained token of an MHA drafter at `ttt` steps
+    (`activation_elements_per_token` times the element size: 2 under bf16, 4 in fp32)."""
+    shape = ActivationShape.mha(hidden, target_hidden, heads, head_dim, intermediate)
+    return dtype_bytes * activation_elements_per_token(shape, ttt, checkpointing)
 
 
 def device_memory_bytes(device: str) -> int:
@@ -67,10 +169,10 @@ def device_memory_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, ranks)
 
 
-def default_max_len(target: Any, train_cfg: Any, device: str) -> int:
-    """The largest power of two of tokens whose activations fit `DEVICE_SHARE` of the device
-    with AC as `auto` would set it (on at that width), at least 2,048, at most the target's
-    context."""
+def target_activation_shape(target: Any, train_cfg: Any) -> ActivationShape:
+    """The activation shape of the drafter `train_cfg` builds for `target`: MLA when the EAGLE-3
+    layer gets the target's attention (`--attention`, default MLA on MLA targets)."""
+    from eyas.drafter.mla import MLAShape, is_mla_target
     from eyas.drafter.shape import drafter_shape
 
     shape = drafter_shape(
@@ -79,18 +181,26 @@ def default_max_len(target: Any, train_cfg: Any, device: str) -> int:
         head_dim=train_cfg.head_dim,
         intermediate_size=train_cfg.intermediate_size,
     )
+    attention = getattr(train_cfg, "attention", None) or ("mla" if is_mla_target(target) else "mha")
+    h, hidden = shape.num_attention_heads, target.hidden_size
+    if attention == "mla" and not str(getattr(train_cfg, "method", "")).startswith("dflash"):
+        m = MLAShape.of_target(target)
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        return ActivationShape(
+            hidden, hidden, h, qk, m.v_head_dim, shape.intermediate_size,
+            m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
+        )  # fmt: skip
+    return ActivationShape.mha(hidden, hidden, h, shape.head_dim, shape.intermediate_size)
+
+
+def default_max_len(target: Any, train_cfg: Any, device: str) -> int:
+    """The largest power of two of tokens whose activations fit `DEVICE_SHARE` of the device
+    with AC as `auto` would set it (on at that width), at least 2,048, at most the target's
+    context."""
     ac = getattr(train_cfg, "activation_checkpointing", "auto") != "off"
-    cuda = device.startswith("cuda")
-    per_token = activation_bytes_per_token(
-        target.hidden_size,
-        target.hidden_size,
-        shape.num_attention_heads,
-        shape.head_dim,
-        shape.intermediate_size,
-        train_cfg.ttt,
-        ac,
-        dtype_bytes=2 if cuda else 4,
-    )
+    dtype_bytes = 2 if device.startswith("cuda") else 4
+    shape = target_activation_shape(target, train_cfg)
+    per_token = dtype_bytes * activation_elements_per_token(shape, train_cfg.ttt, ac)
     fits = int(DEVICE_SHARE * device_memory_bytes(device)) // per_token
     length = MIN_DEFAULT_MAX_LEN
     while length * 2 <= fits:

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Protocol
 
 from eyas.backends import registry
 from eyas.backends.base import BackendSettings, Generation, GenRequest
-from eyas.backends.policy import ClientPolicy, RequestFailed, ServerPool
+from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import open_pool
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
@@ -106,8 +106,8 @@ def _own_log_dir() -> Path:
 def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
     """The URLs of the servers with the drafter (or the baseline): the user's, or servers the
     engine's hook starts (`registry.servers`)."""
-    given = cfg.urls if drafter else cfg.baseline_urls
-    if given or (drafter and cfg.url_file is not None):  # servers also join from the file
+    given = cfg.server.urls if drafter else cfg.baseline_urls
+    if given or (drafter and cfg.server.url_file is not None):  # servers also join from the file
         yield given
         return
     if not registry.can_start(cfg.backend, cfg):
@@ -172,13 +172,6 @@ def _settings(cfg: EvalConfig) -> BackendSettings:
     return BackendSettings(stop_token_ids=stop)
 
 
-def _policy(cfg: EvalConfig, in_flight: int) -> ClientPolicy:
-    # every prompt of a dataset in flight at once (the batch the figures are measured at)
-    return ClientPolicy.from_retry(
-        cfg.retry, concurrency=max(1, in_flight), adaptive=False, timeout_s=cfg.timeout_s
-    )
-
-
 async def _served_run(
     cfg: EvalConfig, urls: list[str], rounds: Rounds, acceptance: Acceptance | None
 ) -> _Run:
@@ -189,15 +182,18 @@ async def _served_run(
     # a later round holds at most one prompt per prompt of the round before: round 1 is the
     # widest batch of a dataset
     in_flight = max(len(rows) for rows in _by_dataset(rounds.first).values())
+    # the user's drafter servers (the run that counts) take servers from the url file too;
+    # the baseline's and those eyas started are asked the same way, at their own URLs only
+    own = acceptance is not None and urls == cfg.server.urls
+    server = cfg.server if own else cfg.server.serving(urls)
     async with open_pool(
         cfg.backend,
         _settings(cfg),
-        urls,
-        _policy(cfg, in_flight),
+        server,
         operation="generate",
-        # the drafter's servers (the run that counts), not the baseline's
-        url_file=cfg.url_file if acceptance is not None else None,
-        url_file_s=cfg.url_file_s,
+        # default: every prompt of a dataset in flight at once (the batch the figures are
+        # measured at)
+        concurrency=max(1, in_flight),
     ) as pool:
         run.servers = pool.info
         for batch in rounds:

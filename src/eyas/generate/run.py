@@ -14,7 +14,6 @@ commits what is done (after at most TERM_GRACE_S of finishing what is in flight)
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import Any
 
 from eyas import __version__
 from eyas.backends.base import BackendSettings
-from eyas.backends.policy import ClientPolicy
 from eyas.backends.registry import open_pool
 from eyas.config import BackendConfig, PipelineConfig
 from eyas.generate.engine import Engine, Stats
@@ -62,7 +60,7 @@ def generation_settings(
 
     return BackendSettings(
         stop_token_ids=renderer.stop_token_ids(),
-        api_key=os.environ.get(cfg.api_key_env) if cfg.api_key_env else None,
+        api_key=cfg.api_key(),
         # sglang: prompts per call; local: prompts per batch (its in-flight limit)
         batch_size=cfg.batch_size if cfg.kind != "local" else cfg.concurrency,
         vllm_endpoint=cfg.vllm_endpoint,
@@ -72,16 +70,6 @@ def generation_settings(
         trust_remote_code=trust_remote_code,
         encode_reply=encode_reply,
         template_kwargs=renderer.template_kwargs,
-    )
-
-
-def generation_policy(cfg: BackendConfig) -> ClientPolicy:
-    return ClientPolicy.from_retry(
-        cfg.retry,
-        concurrency=cfg.concurrency,
-        adaptive=cfg.adaptive_concurrency and cfg.kind != "local",
-        timeout_s=cfg.timeout_s,
-        ready_timeout_s=cfg.ready_timeout_s,
     )
 
 
@@ -117,15 +105,7 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
     settings = generation_settings(
         cfg.backend, renderer, cfg.model.dir, cfg.model.trust_remote_code
     )
-    async with open_pool(
-        cfg.backend.kind,
-        settings,
-        cfg.backend.urls,
-        generation_policy(cfg.backend),
-        operation="generate",
-        url_file=cfg.backend.url_file,
-        url_file_s=cfg.backend.url_file_s,
-    ) as pool:
+    async with open_pool(cfg.backend.kind, settings, cfg.backend, operation="generate") as pool:
         record = start_job(out, job_id, _static(cfg, renderer, pool))
         writer = ShardWriter(out, cfg.generate.shard_size, job_id=job_id)
         with (

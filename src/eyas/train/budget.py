@@ -6,8 +6,9 @@ docs/training-scale.md):
 - trainable state: 16 B per trainable parameter (fp32 weight, fp32 gradient, AdamW's two fp32
   moments), divided by the world size under FSDP2, whole on every rank under DDP;
 - frozen target tensors (embedding, lm_head): their bytes, on every rank (never sharded);
-- activations: `ACT_BYTES_PER_TOKEN_STEP_PER_HIDDEN * hidden` per token per drafted step (TTT)
-  for the tokens of one micro-batch on this rank (the decoder layer is not checkpointed);
+- activations: `eyas.drafter.memory.activation_elements_per_token` (counted by element from the
+  drafter's shape: MHA or MLA, drafted steps, activation checkpointing on or off) times the
+  element size (2 B under bf16, 4 in fp32), for the tokens of one micro-batch on this rank;
 - input states: (aux layers + 1) x hidden x 2 B per token of the micro-batch (bf16);
 - host index: 5 B per token plus ~40 B per sample (`SequenceIndex`).
 
@@ -20,9 +21,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# Activation bytes per token per drafted step, per unit of hidden size: ~100 x H, i.e. 0.7 MB
-# at Kimi width (H = 7168), inside the 0.5-0.9 MB the issue-28 estimate gives.
-ACT_BYTES_PER_TOKEN_STEP_PER_HIDDEN = 100
+from eyas.drafter.memory import ActivationShape, activation_elements_per_token
+
 ASSUMED_MFU = 0.35
 # Dense bf16 peak (FLOP/s) by device name fragment; None: no throughput estimate.
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12}
@@ -42,6 +42,8 @@ class Budget:
     total_gb: float
     gflop_per_token: float
     tokens_per_s: float | None  # for the whole run (all ranks); None without a known peak
+    activation_checkpointing: bool = False
+    attention: str = "mha"
 
     def line(self) -> str:
         speed = (
@@ -76,16 +78,21 @@ def estimate(
     world: int,
     fsdp: bool,
     peak_flops: float | None,
+    shape: ActivationShape,
+    checkpointing: bool = False,
+    dtype_bytes: int = 2,
 ) -> Budget:
     """`layer_params`, `head_params`, `fc_params`: trainable parameters run per drafted step
     (decoder layer), per drafted step (draft head) and once per token (fc); `frozen_bytes`:
     the frozen tensors held on the device; `teacher_head_params`: the target's lm_head, run
-    forward once per token for the teacher's logits."""
+    forward once per token for the teacher's logits; `shape`, `checkpointing`, `dtype_bytes`:
+    the drafter's layer, AC and the activations' element size, for the activation count."""
     trainable = layer_params + head_params + fc_params
     gb = 1e9
     trainable_gb = 16 * trainable / (world if fsdp else 1) / gb
     frozen_gb = frozen_bytes / gb
-    act_gb = ACT_BYTES_PER_TOKEN_STEP_PER_HIDDEN * hidden * steps * tokens_per_rank / gb
+    per_token = dtype_bytes * activation_elements_per_token(shape, steps, checkpointing)
+    act_gb = per_token * tokens_per_rank / gb
     states_gb = (n_aux + 1) * hidden * 2 * tokens_per_rank / gb
     flops = 6 * (layer_params + head_params) * steps + 6 * fc_params + 2 * teacher_head_params
     rate = peak_flops * ASSUMED_MFU / flops * world if peak_flops else None
@@ -102,6 +109,8 @@ def estimate(
         total_gb=round(trainable_gb + frozen_gb + act_gb + states_gb, 2),
         gflop_per_token=round(flops / 1e9, 1),
         tokens_per_s=round(rate) if rate else None,
+        activation_checkpointing=checkpointing,
+        attention="mla" if shape.mla else "mha",
     )
 
 
@@ -114,34 +123,76 @@ def device_peak(device: str) -> float | None:
     return next((v for k, v in PEAK_BF16.items() if k in name), None)
 
 
-def kimi_table(gpus: tuple[int, ...] = (1, 8, 16), tokens_per_rank: int = 16_384) -> list[dict]:
-    """The Kimi-K2.5 drafter (issue 28's counts: fc 154M, attention 411M, MLP 264M, draft head
-    229M; frozen 163,840 x 7168 embedding and head in bf16) at TTT 7 on H200s, FSDP2."""
+# The Kimi-K2.5 drafter's widths: hidden 7168, 64 heads, MLP 12288; MHA heads of 128 (issue
+# 28's drafter, the published lightseekorg/kimi-k2.5-eagle3), MLA with the target's ranks.
+KIMI_HIDDEN, KIMI_HEADS, KIMI_MLP, KIMI_VOCAB = 7168, 64, 12288, 163_840
+KIMI_MHA = ActivationShape.mha(KIMI_HIDDEN, KIMI_HIDDEN, KIMI_HEADS, 128, KIMI_MLP)
+KIMI_MLA = ActivationShape(KIMI_HIDDEN, KIMI_HIDDEN, KIMI_HEADS, 192, 128, KIMI_MLP, 1536, 512, 64)
+
+
+def attention_params(shape: ActivationShape) -> int:
+    """Weights of the EAGLE-3 layer's attention over its 2H input (MHA: q/k/v/o; MLA: the
+    projections and norms of `eyas.drafter.mla.MLAAttention`)."""
+    x, h, qk, v = 2 * shape.hidden, shape.heads, shape.qk_head_dim, shape.v_head_dim
+    out = h * v * shape.hidden
+    if not shape.mla:
+        return x * h * (2 * qk + v) + out
+    q_lora, kv_lora, rope = shape.q_lora_rank, shape.kv_lora_rank, shape.qk_rope_head_dim
+    q = x * q_lora + q_lora + q_lora * h * qk if q_lora else x * h * qk
+    kv = x * (kv_lora + rope) + kv_lora + kv_lora * h * (qk - rope + v)
+    return q + kv + out
+
+
+def kimi_table(
+    gpus: tuple[int, ...] = (1, 8, 16),
+    tokens_per_rank: int = 16_384,
+    checkpointing: bool = False,
+    attention: str = "mha",
+) -> list[dict]:
+    """The Kimi-K2.5 drafter (issue 28's counts: fc 154M, attention 411M with MHA, MLP 264M,
+    draft head 229M; frozen 163,840 x 7168 embedding and head in bf16) at TTT 7 on H200s,
+    FSDP2, bf16 activations; `attention="mla"` swaps in the MLA attention's own weights."""
+    shape = KIMI_MLA if attention == "mla" else KIMI_MHA
+    mlp = 3 * KIMI_HIDDEN * KIMI_MLP
     return [
         estimate(
-            hidden=7168,
+            hidden=KIMI_HIDDEN,
             n_aux=3,
             steps=7,
-            layer_params=411_000_000 + 264_000_000,
+            layer_params=attention_params(shape) + mlp,
             head_params=229_000_000,
             fc_params=154_000_000,
-            frozen_params=2 * 163_840 * 7168,
-            frozen_bytes=2 * 2 * 163_840 * 7168,
-            teacher_head_params=163_840 * 7168,
+            frozen_params=2 * KIMI_VOCAB * KIMI_HIDDEN,
+            frozen_bytes=2 * 2 * KIMI_VOCAB * KIMI_HIDDEN,
+            teacher_head_params=KIMI_VOCAB * KIMI_HIDDEN,
             tokens_per_rank=tokens_per_rank,
             world=n,
             fsdp=True,
             peak_flops=PEAK_BF16["H200"],
+            shape=shape,
+            checkpointing=checkpointing,
         ).as_dict()
         for n in gpus
     ]
 
 
 def trainer_budget(
-    model, head, n_aux: int, steps: int, tokens_per_rank: int, world: int, fsdp: bool, device: str
+    model,
+    head,
+    n_aux: int,
+    steps: int,
+    tokens_per_rank: int,
+    world: int,
+    fsdp: bool,
+    device: str,
+    *,
+    checkpointing: bool = False,
+    dtype_bytes: int = 2,
 ) -> Budget:
     """The estimate for a built drafter: parameters named `fc*` run once per token, every other
-    trainable one per drafted step (an upper bound for methods whose layers run once)."""
+    trainable one per drafted step (an upper bound for methods whose layers run once); the
+    activations counted from `model.config`'s shape (DFlash: its block slots as the steps, an
+    approximation by the EAGLE-3 layer's count)."""
     fc = per_step = frozen = frozen_bytes = 0
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -165,4 +216,7 @@ def trainer_budget(
         world=world,
         fsdp=fsdp,
         peak_flops=device_peak(device),
+        shape=ActivationShape.of_config(model.config),
+        checkpointing=checkpointing,
+        dtype_bytes=dtype_bytes,
     )

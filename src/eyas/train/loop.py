@@ -216,6 +216,10 @@ class Trainer:
             self.world,
             self.cfg.fsdp,
             self.device,
+            # `auto` leaves AC off for micro-batches up to AC_AUTO_TOKENS wide, and a rank's
+            # share of short samples can hold all its tokens: the peak is the AC-off one
+            checkpointing=self.cfg.activation_checkpointing == "on",
+            dtype_bytes=2 if self.bf16 else 4,
         )
 
     def _resume(self) -> None:
@@ -261,24 +265,22 @@ class Trainer:
         self.method.check_aux_layers(aux, tmodel.num_layers)
 
     def _start_stream(self) -> None:
-        from eyas.backends.policy import ClientPolicy
         from eyas.backends.registry import backend_class, open_pool
         from eyas.capture.run import capture_settings
         from eyas.train.stream import CaptureStream
 
         cfg = self.cfg
         remote = backend_class(cfg.capture_backend).remote
-        if remote and not cfg.capture_urls:
+        server = cfg.capture_server
+        if remote and not server.urls and server.url_file is None:
             raise EyasError(
-                "bad_flag", f"--capture-backend {cfg.capture_backend} needs --capture-url"
+                "bad_flag",
+                f"--capture-backend {cfg.capture_backend} needs --capture-url or --capture-url-file",
             )
         settings = capture_settings(cfg.target, self.stream_layers, cfg.trust_remote_code)
-        policy = ClientPolicy(concurrency=cfg.capture_concurrency, adaptive=remote)
 
         def pool():  # every --capture-url, under the client policy; closed with the stream
-            return open_pool(
-                cfg.capture_backend, settings, cfg.capture_urls, policy, operation="capture"
-            )
+            return open_pool(cfg.capture_backend, settings, server, operation="capture")
 
         # every rank captures the share it trains, into a spool only it reads (local disk)
         spool = cfg.spool_dir or cfg.out / "spool"

@@ -31,6 +31,8 @@ unconditionally (0.5.23 too) and refuses to run without explicit ids.
 
 from __future__ import annotations
 
+from typing import Any
+
 from eyas.errors import EyasError, RefusedError
 
 # `layers_to_capture = [val + 1 for val in layer_ids]` (see the module docstring)
@@ -88,15 +90,21 @@ def version_at_least(version: str, since: str) -> bool:
 
 
 # EAGLE-3 with MLA attention: `python/sglang/srt/models/kimi_k25_eagle3.py`
-# `Eagle3DeepseekV2ForCausalLM` (EntryClass; checked in the 0.5.12.post1 wheel): a DeepSeek
-# `DeepseekV2AttentionMLA` over [embed ; hidden] (2H), a dense `DeepseekV2MLP`, the
-# `eagle_config` ids (`_get_eagle_aux_layer_count`), DeepSeek's rope keys (`rope_scaling` with
-# `mscale`/`mscale_all_dim`). It has no `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping
-# unexpected weight" and drops them) and returns the pre-norm state as the next step's input
-# (`hidden_states_to_aux`): an EAGLE-3.1 MLA drafter is refused for SGLang as the Llama one is.
+# `Eagle3DeepseekV2ForCausalLM` (its `EntryClass`; tests/backends/test_sglang_source.py reads the
+# file from the 0.5.12.post1 and 0.5.23 wheels and loads eyas's export through its own
+# `load_weights`): a DeepSeek `DeepseekV2AttentionMLA` over [embed ; hidden] (2H) that requires
+# `q_lora_rank`, a dense `DeepseekV2MLP`, the `eagle_config` ids (`_get_eagle_aux_layer_count`),
+# DeepSeek's rope keys (`rope_scaling` with `mscale`/`mscale_all_dim`). In 0.5.12.post1 it has no
+# `fc_norm` (its `load_weights` logs "Eagle3 MLA: skipping unexpected weight" and drops them) and
+# returns the pre-norm state as the next step's input (`hidden_states_to_aux`); 0.5.23 reads
+# `fc_norm` and `norm_output` from the top level. The release that added them to this file lies
+# between the two and is not pinned, so an EAGLE-3.1 MLA drafter is exported for SGLang only
+# when `--engine-version` names 0.5.23 or later (`EAGLE3_1_MLA_SINCE`: the lowest release known
+# to read them; the Llama class's `EAGLE3_1_SINCE` is another file's).
 # TorchSpec's published Kimi MLA drafters (`configs/draft_models/kimi_k25_eagle3_mla.json`) use
 # this layout.
 EAGLE3_MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+EAGLE3_1_MLA_SINCE = "0.5.23"
 
 # DFlash: `python/sglang/srt/models/dflash.py` `DFlashDraftModel` (EntryClass; no embedding or
 # lm_head: the target's are used) reads `python/sglang/srt/speculative/dflash_utils.py`
@@ -169,10 +177,54 @@ def captured_layers(layer_ids: list[int], rule: str, *, since_first_id: bool = T
 
 
 def to_sglang_layer_ids(
-    hf_ids: list[int], target_architectures: list[str] | None = None
+    hf_ids: list[int],
+    target_architectures: list[str] | None = None,
+    engine_version: str | None = None,
 ) -> list[int]:
     """The ids to write into an SGLang config so that SGLang captures `hf_ids` under every
-    version's rule for this target, or a refusal saying why none exists."""
+    version's rule for this target, or a refusal saying why none exists (`sglang_ids_rule`
+    says how to read them back)."""
+    return _sglang_ids(hf_ids, target_architectures, engine_version)[0]
+
+
+def sglang_ids_rule(
+    hf_ids: list[int],
+    target_architectures: list[str] | None = None,
+    engine_version: str | None = None,
+) -> str:
+    """How the ids `to_sglang_layer_ids` writes are read: `plus_one` (HF index - 1, every
+    version) or `first_id` (the HF index: only an SGLang from 0.5.13 on, on DeepSeek/Kimi)."""
+    return _sglang_ids(hf_ids, target_architectures, engine_version)[1]
+
+
+def layer_id_fields(
+    hf_ids: list[int],
+    target_architectures: list[str] | None = None,
+    engine_version: str | None = None,
+) -> tuple[list[int], dict[str, Any]]:
+    """(the config's ids, what eyas records about them in its `eyas` block): the convention,
+    and the SGLang version they were written for when it decided them (an export for SGLang
+    before 0.5.13 on a DeepSeek/Kimi target with a first layer other than 2 is right only there,
+    one after only from there on)."""
+    ids, rule = _sglang_ids(hf_ids, target_architectures, engine_version)
+    meta: dict[str, Any] = {
+        "aux_layer_convention": "sglang: HF hidden_states index - 1"
+        if rule == PLUS_ONE
+        else f"sglang >= {FIRST_ID_SINCE} on a DeepSeek/Kimi target: the HF index",
+        "sglang_ids_rule": rule,
+        "trained_hf_layers": [int(i) for i in hf_ids],
+    }
+    decided = capture_rule(target_architectures) == FIRST_ID and bool(ids) and int(hf_ids[0]) != 2
+    if decided:
+        meta["sglang_ids_for_version"] = (
+            f">= {FIRST_ID_SINCE}" if rule == FIRST_ID else f"< {FIRST_ID_SINCE}"
+        )
+    return ids, meta
+
+
+def _sglang_ids(
+    hf_ids: list[int], target_architectures: list[str] | None, engine_version: str | None
+) -> tuple[list[int], str]:
     out = [int(i) - LAYER_ID_OFFSET for i in hf_ids]
     if any(i < 0 for i in out):
         raise EyasError(
@@ -180,20 +232,37 @@ def to_sglang_layer_ids(
             f"HF layer {min(hf_ids)} (the embedding output) has no SGLang layer id: SGLang "
             "captures layer outputs only",
         )
-    if capture_rule(target_architectures) == FIRST_ID and out and out[0] != 1:
+    if capture_rule(target_architectures) != FIRST_ID or not out or out[0] == 1:
+        return out, PLUS_ONE  # read alike by every version
+    archs = sorted(set(target_architectures or []))
+    if engine_version is not None and not version_at_least(engine_version, FIRST_ID_SINCE):
+        return out, PLUS_ONE  # before PR #25454 every model adds one
+    if engine_version is not None and hf_ids[0] >= 3:
+        # from 0.5.13 a first id other than 1 is taken as it is: write the HF index
+        return [int(i) for i in hf_ids], FIRST_ID
+    if engine_version is not None:
         raise RefusedError(
-            "sglang_layer_ids_ambiguous",
-            f"HF layers {list(hf_ids)} cannot be written for SGLang on this target: its model "
-            f"(deepseek_v2.py, which serves {sorted(set(target_architectures or []))}) adds one "
-            f"to the ids up to SGLang {FIRST_ID_SINCE} but, from {FIRST_ID_SINCE} on (PR "
-            f"#25454), only when the first id is 1, so {out} would be captured as HF {out}. "
-            "Train with a first aux layer of 2 (SGLang's default [2, N/2, N-3]), or export "
-            "--format vllm",
+            "sglang_layer_ids_unservable",
+            f"HF layers {list(hf_ids)} cannot be captured by SGLang {engine_version} on this "
+            f"target: its model (deepseek_v2.py, serving {archs}) adds one to the ids only when "
+            f"the first is 1 (PR #25454, from {FIRST_ID_SINCE}), so a first HF layer of 1 has no "
+            "id (0 is read as the embedding). Train with a first aux layer of 2 or more, or "
+            "export --format vllm",
         )
-    return out
+    raise RefusedError(
+        "sglang_layer_ids_ambiguous",
+        f"HF layers {list(hf_ids)} cannot be written for SGLang on this target: its model "
+        f"(deepseek_v2.py, which serves {archs}) adds one to the ids up to SGLang "
+        f"{FIRST_ID_SINCE} but, from {FIRST_ID_SINCE} on (PR #25454), only when the first id is "
+        f"1, so {out} would be captured as HF {out}. Name the SGLang that serves it "
+        "(--engine-version), train with a first aux layer of 2 (SGLang's default "
+        "[2, N/2, N-3]), or export --format vllm",
+    )
 
 
-def read_layer_ids(ids: list[int], *, written_by_eyas: bool = False) -> tuple[list[int], str]:
+def read_layer_ids(
+    ids: list[int], *, written_by_eyas: bool = False, eyas_rule: str = PLUS_ONE
+) -> tuple[list[int], str]:
     """(HF indices, the convention chosen and why) for a drafter config's SGLang ids.
 
     A first id of 0 or 1 names layer outputs (HF 0, the embedding, is never fused): + 1 under
@@ -202,6 +271,8 @@ def read_layer_ids(ids: list[int], *, written_by_eyas: bool = False) -> tuple[li
     (`lightseekorg/kimi-k2.5-eagle3-mla`: `[2, 30, 58]`): taken as it is, which is what SGLang
     >= 0.5.13 serves on a DeepSeek/Kimi target; other SGLang models still add one."""
     ids = [int(i) for i in ids]
+    if written_by_eyas and eyas_rule == FIRST_ID:
+        return ids, f"eyas export for SGLang >= {FIRST_ID_SINCE} on this target: the HF index"
     if written_by_eyas:
         return [i + LAYER_ID_OFFSET for i in ids], "eyas export: SGLang id = HF index - 1"
     if ids and ids[0] <= 1:

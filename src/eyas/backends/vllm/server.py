@@ -260,7 +260,7 @@ class VLLMServers:
             args,
             env=plugin_env(),
             log_path=log_path,
-            ready_timeout_s=cfg.ready_timeout_s,
+            ready_timeout_s=cfg.server.ready_timeout_s,
         ) as url:
             yield url
 

@@ -50,7 +50,8 @@ def sglang_config(
     d: Eagle3Config, target: TargetModel | None, engine_version: str | None = None
 ) -> dict:
     """SGLang's EAGLE-3 config. Its layer ids are HF index - 1, which SGLang's model for the
-    target reads alike before and after 0.5.13, or refused (`to_sglang_layer_ids`). EAGLE-3.1
+    target reads alike before and after 0.5.13, or written for the SGLang `engine_version`
+    names, or refused (`sglang.layer_id_fields`). EAGLE-3.1
     needs SGLang 0.5.12 or later (`sglang.EAGLE3_1_SINCE`), so `engine_version` must say so."""
     if d.norm_before_residual:
         raise unsupported_export(
@@ -76,25 +77,22 @@ def sglang_config(
         )
     norms = {sglang.FC_NORM_KEY: d.fc_norm, sglang.NORM_OUTPUT_KEY: d.norm_output} if v31 else {}
     since = {"min_sglang_version": sglang.EAGLE3_1_SINCE} if v31 else {}
+    ids, id_meta = sglang.layer_id_fields(
+        d.aux_layer_ids, target.architectures if target else None, engine_version
+    )
     return {
         "architectures": [sglang.EAGLE3_ARCHITECTURE],
         **llama_fields(d, target),
         "draft_vocab_size": d.draft_vocab_size,
         "target_hidden_size": d.target_hidden_size,
-        sglang.EAGLE_CONFIG_KEY: {
-            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(
-                d.aux_layer_ids, target.architectures if target else None
-            ),
-            sglang.USE_AUX_KEY: True,
-        },
+        sglang.EAGLE_CONFIG_KEY: {sglang.AUX_IDS_KEY: ids, sglang.USE_AUX_KEY: True},
         **norms,
         "eyas": {
             "version": __version__,
             "method": d.method,
             "engine": "sglang",
             **since,
-            "aux_layer_convention": "sglang: HF hidden_states index - 1",
-            "trained_hf_layers": list(d.aux_layer_ids),
+            **id_meta,
         },
     }
 
@@ -158,11 +156,16 @@ def exported_aux_layers(cfg: dict) -> list[int] | None:
     ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
     if not ids:
         return None
-    return sorted(sglang.read_layer_ids(ids, written_by_eyas=_eyas_written(cfg))[0])
+    return sorted(sglang.read_layer_ids(ids, **_eyas_written(cfg))[0])
 
 
-def _eyas_written(cfg: dict) -> bool:
-    return "trained_hf_layers" in (cfg.get("eyas") or {})
+def _eyas_written(cfg: dict) -> dict:
+    """How eyas wrote the ids, when it did (`sglang.layer_id_fields`)."""
+    meta = cfg.get("eyas") or {}
+    return {
+        "written_by_eyas": "trained_hf_layers" in meta,
+        "eyas_rule": meta.get("sglang_ids_rule") or sglang.PLUS_ONE,
+    }
 
 
 def aux_layer_rule(cfg: dict) -> str:
@@ -172,7 +175,7 @@ def aux_layer_rule(cfg: dict) -> str:
     ids = (cfg.get(sglang.EAGLE_CONFIG_KEY) or {}).get(sglang.AUX_IDS_KEY)
     if not ids:
         return "no ids"
-    return sglang.read_layer_ids(ids, written_by_eyas=_eyas_written(cfg))[1]
+    return sglang.read_layer_ids(ids, **_eyas_written(cfg))[1]
 
 
 def read_config(cfg: dict) -> Eagle3Config:

@@ -87,31 +87,52 @@ def vllm_config(d: Any, target: TargetModel | None) -> dict:
     }
 
 
-def sglang_config(d: Any, target: TargetModel | None) -> dict:
-    if d.fc_norm or d.norm_output or d.norm_before_residual:
+def sglang_config(d: Any, target: TargetModel | None, engine_version: str | None = None) -> dict:
+    """SGLang's `Eagle3DeepseekV2ForCausalLM` config; EAGLE-3.1 only for an SGLang that reads
+    `fc_norm` and `norm_output` in that file (`sglang.EAGLE3_1_MLA_SINCE`)."""
+    if d.norm_before_residual:
+        raise unsupported_export(
+            f"{d.method} (mla)",
+            "sglang",
+            "norm_before_residual: SGLang's Eagle3MLADecoderLayer keeps the un-normed state as "
+            "the residual; it would serve a different model. Export --format vllm",
+        )
+    v31 = d.fc_norm or d.norm_output
+    since = sglang.EAGLE3_1_MLA_SINCE
+    if v31 and (engine_version is None or not sglang.version_at_least(engine_version, since)):
+        said = f"SGLang {engine_version} is older" if engine_version else "no --engine-version"
         raise unsupported_export(
             f"{d.method} (mla)",
             "sglang",
             "SGLang's Eagle3DeepseekV2ForCausalLM (python/sglang/srt/models/kimi_k25_eagle3.py) "
-            "has no fc_norm (its loader skips those tensors) and feeds the pre-norm state "
-            "back: it would serve a different model. Export --format vllm",
+            f"reads fc_norm and norm_output in {since} (not in 0.5.12): an older one skips those "
+            f"tensors and feeds the pre-norm state back, serving a different model ({said}). "
+            f"Give --engine-version with the SGLang that serves it ({since} or later), or "
+            "export --format vllm",
         )
+    if not d.q_lora_rank:
+        raise unsupported_export(
+            f"{d.method} (mla, no q_lora_rank)",
+            "sglang",
+            "SGLang's Eagle3MLADecoderLayer (python/sglang/srt/models/kimi_k25_eagle3.py) raises "
+            "'Eagle3 MLA layer requires q_lora_rank' for a target that projects q directly "
+            "(DeepSeek-V2-Lite). Export --format vllm",
+        )
+    ids, id_meta = sglang.layer_id_fields(
+        d.aux_layer_ids, target.architectures if target else None, engine_version
+    )
     return {
         "architectures": [sglang.EAGLE3_MLA_ARCHITECTURE],
         **deepseek_fields(d, target),
-        sglang.EAGLE_CONFIG_KEY: {
-            sglang.AUX_IDS_KEY: sglang.to_sglang_layer_ids(
-                d.aux_layer_ids, target.architectures if target else None
-            ),
-            sglang.USE_AUX_KEY: True,
-        },
+        sglang.EAGLE_CONFIG_KEY: {sglang.AUX_IDS_KEY: ids, sglang.USE_AUX_KEY: True},
+        **({sglang.FC_NORM_KEY: d.fc_norm, sglang.NORM_OUTPUT_KEY: d.norm_output} if v31 else {}),
         "eyas": {
             "version": __version__,
             "method": d.method,
             "engine": "sglang",
             "attention": "mla",
-            "aux_layer_convention": "sglang: HF hidden_states index - 1",
-            "trained_hf_layers": list(d.aux_layer_ids),
+            **({"min_sglang_version": since} if v31 else {}),
+            **id_meta,
         },
     }
 
@@ -145,8 +166,8 @@ def config_fields(cfg: dict) -> dict[str, Any]:
         "qk_nope_head_dim": cfg["qk_nope_head_dim"],
         "qk_rope_head_dim": cfg["qk_rope_head_dim"],
         "v_head_dim": cfg["v_head_dim"],
-        # both engines read these from the top level (vLLM `deepseek_eagle3.py`); SGLang's
-        # class has none of them, and eyas writes none for it
+        # both engines read these from the top level (vLLM `deepseek_eagle3.py`, SGLang's
+        # `kimi_k25_eagle3.py` from 0.5.23 on)
         "fc_norm": bool(cfg.get(vllm.FC_NORM_KEY, False)),
         "norm_output": bool(cfg.get(vllm.NORM_OUTPUT_KEY, False)),
         "norm_before_residual": bool(cfg.get("norm_before_residual", False)),

@@ -179,7 +179,7 @@ class Eagle3Method(DraftMethod):
         d = model.config
         if d.attention == "mla":
             config = (
-                layouts.mla.sglang_config(d, target)
+                layouts.mla.sglang_config(d, target, engine_version)
                 if fmt == "sglang"
                 else layouts.mla.vllm_config(d, target)
             )
