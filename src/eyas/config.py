@@ -309,27 +309,6 @@ def _server_input(
         retry = {**own.pop("retry", {}), **(server.get("retry") or {})}
         data[where] = {**own, **server, **({"retry": retry} if retry else {})}
     return data
-    data = dict(data)
-    server = data.get(where)
-    server = dict(server) if isinstance(server, dict) else {}
-    for old, new in moved.items():
-        if old not in data:
-            continue
-        value = data.pop(old)
-        node = server
-        *parents, leaf = new.split(".")
-        for part in parents:
-            node[part] = dict(node.get(part) or {})
-            node = node[part]
-        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
-            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
-            if any(node[leaf][k] != value[k] for k in node[leaf]):
-                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        elif leaf in node and node[leaf] != value:
-            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        node[leaf] = value
-    data[where] = server
-    return data
 
 
 class BackendConfig(ServerConfig):
