@@ -45,6 +45,17 @@ def tiny(v31: bool, seed: int = 0) -> Eagle3Drafter:
     return model
 
 
+def assert_reads_back(model: Eagle3Drafter, export_dir) -> None:
+    """The export loads as an EAGLE-3.1 drafter computing what `model` does (bf16 weights)."""
+    back = load_drafter(export_dir)
+    assert back.config.fc_norm and back.config.norm_output
+    ids, aux = torch.randint(0, V, (1, 6)), torch.randn(1, 6, 3 * H)
+    with torch.no_grad():
+        want = [model.logits(h) for h in model(ids, aux, 3)]
+        got = [back.logits(h) for h in back(ids, aux, 3)]
+    assert all(torch.allclose(g, w, atol=0.15) for g, w in zip(got, want))
+
+
 @pytest.mark.parametrize("v31", [False, True])
 def test_incremental_chain_equals_the_ttt_forward(v31):
     """Draft from every context length j: the proposer's k-th distribution is the TTT forward's
@@ -113,14 +124,7 @@ def test_eagle3_1_writes_the_speculators_keys_vllm_reads_and_sglang_only_when_it
         assert err.value.reason == "export_unsupported" and "llama_eagle3.py" in err.value.detail
         assert "--engine-version" in err.value.detail
         assert not (tmp_path / "sglang" / "config.json").exists()
-    # the export reads back as the same drafter
-    back = load_drafter(out)
-    assert back.config.fc_norm and back.config.norm_output
-    ids, aux = torch.randint(0, V, (1, 6)), torch.randn(1, 6, 3 * H)
-    with torch.no_grad():
-        want = [model.logits(h) for h in model(ids, aux, 3)]
-        got = [back.logits(h) for h in back(ids, aux, 3)]
-    assert all(torch.allclose(g, w, atol=0.15) for g, w in zip(got, want))  # bf16 weights
+    assert_reads_back(model, out)  # the export reads back as the same drafter
 
 
 def test_a_third_party_eagle3_1_speculators_drafter_loads(tmp_path):
@@ -189,13 +193,7 @@ def test_eagle3_1_for_sglang_names_its_version_and_reads_back(tmp_path, version)
         load_file(str(out / "model.safetensors"))
     )
     assert check_export(out)["method"] == "eagle3.1"
-    back = load_drafter(out)
-    assert back.config.fc_norm and back.config.norm_output
-    ids, aux = torch.randint(0, V, (1, 6)), torch.randn(1, 6, 3 * H)
-    with torch.no_grad():
-        want = [model.logits(h) for h in model(ids, aux, 3)]
-        got = [back.logits(h) for h in back(ids, aux, 3)]
-    assert all(torch.allclose(g, w, atol=0.15) for g, w in zip(got, want))  # bf16 weights
+    assert_reads_back(model, out)
     # plain EAGLE-3 needs no version and writes neither key
     plain = tiny(False)
     save_drafter(plain, tmp_path / "p", {})
