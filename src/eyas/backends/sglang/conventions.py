@@ -77,6 +77,14 @@ LEGACY_FC_NORM_KEY = "use_aux_norm"
 NORM_OUTPUT_KEY = "norm_output"
 
 
+def version_gap(engine_version: str | None, since: str) -> str | None:
+    """Why the SGLang the user named may not serve a layout that needs `since` or later
+    (no version named, or an older one); None when it does."""
+    if engine_version is None:
+        return "no --engine-version"
+    return None if version_at_least(engine_version, since) else f"SGLang {engine_version} is older"
+
+
 def version_at_least(version: str, since: str) -> bool:
     """Whether SGLang `version` (as `pip` names it, e.g. 0.5.12.post1) is `since` or later."""
     from packaging.version import InvalidVersion, Version
@@ -182,19 +190,9 @@ def to_sglang_layer_ids(
     engine_version: str | None = None,
 ) -> list[int]:
     """The ids to write into an SGLang config so that SGLang captures `hf_ids` under every
-    version's rule for this target, or a refusal saying why none exists (`sglang_ids_rule`
-    says how to read them back)."""
+    version's rule for this target, or a refusal saying why none exists (`layer_id_fields`
+    also says how to read them back)."""
     return _sglang_ids(hf_ids, target_architectures, engine_version)[0]
-
-
-def sglang_ids_rule(
-    hf_ids: list[int],
-    target_architectures: list[str] | None = None,
-    engine_version: str | None = None,
-) -> str:
-    """How the ids `to_sglang_layer_ids` writes are read: `plus_one` (HF index - 1, every
-    version) or `first_id` (the HF index: only an SGLang from 0.5.13 on, on DeepSeek/Kimi)."""
-    return _sglang_ids(hf_ids, target_architectures, engine_version)[1]
 
 
 def layer_id_fields(

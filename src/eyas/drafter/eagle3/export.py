@@ -62,10 +62,8 @@ def sglang_config(
             "--format vllm",
         )
     v31 = d.fc_norm or d.norm_output
-    if v31 and (
-        engine_version is None or not sglang.version_at_least(engine_version, sglang.EAGLE3_1_SINCE)
-    ):
-        said = f"SGLang {engine_version} is older" if engine_version else "no --engine-version"
+    said = sglang.version_gap(engine_version, sglang.EAGLE3_1_SINCE)
+    if v31 and said:
         raise unsupported_export(
             "eagle3.1",
             "sglang",

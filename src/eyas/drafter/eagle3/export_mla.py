@@ -99,8 +99,8 @@ def sglang_config(d: Any, target: TargetModel | None, engine_version: str | None
         )
     v31 = d.fc_norm or d.norm_output
     since = sglang.EAGLE3_1_MLA_SINCE
-    if v31 and (engine_version is None or not sglang.version_at_least(engine_version, since)):
-        said = f"SGLang {engine_version} is older" if engine_version else "no --engine-version"
+    said = sglang.version_gap(engine_version, since)
+    if v31 and said:
         raise unsupported_export(
             f"{d.method} (mla)",
             "sglang",
