@@ -11,7 +11,7 @@ import pytest
 from eyas.config import GenerateConfig, PipelineConfig, TrainConfig, build_config
 from eyas.errors import EyasError
 from eyas.formats import MODEL_FORMATS
-from eyas.generate.jobs import shard_of
+from eyas.jobs import shard_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "eyas"
 
@@ -34,7 +34,7 @@ def test_no_module_outside_formats_branches_on_a_family_name():
 
 SHARD_SCRIPT = """
 import sys
-from eyas.generate.jobs import shard_of
+from eyas.jobs import shard_of
 ids = [f"{k:032x}" for k in range(0, 4000, 7)] + [f"sample-{k}" for k in range(300)]
 print(",".join(str(shard_of(i, 5)) for i in ids))
 """

@@ -25,14 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 
 from eyas import __version__
@@ -44,11 +41,18 @@ from eyas.capture.result import CaptureDryRun, CaptureResult
 from eyas.config import CaptureConfig
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
-from eyas.generate.engine import Stats
-from eyas.generate.jobs import parse_shard, shard_of
-from eyas.generate.progress import GenerationProgress
 from eyas.hf_models import TargetModel, target_model
-from eyas.jsonl import write_json
+from eyas.jobs import (
+    ErrorLog,
+    JobProgress,
+    Stats,
+    StopSignals,
+    Terminated,
+    in_shard,
+    parse_shard,
+    sigterm_unwinds,
+    write_combined_manifest,
+)
 from eyas.records import RequestError
 from eyas.store import load_table, quarantined_ids, select_trainable
 from eyas.store.captures import CaptureWriter, capture_counts, captured_ids
@@ -144,60 +148,38 @@ async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log)
             yield pool
 
 
-# SIGTERM (Slurm, Kubernetes) comes with a grace period before SIGKILL: finish what is in
-# flight for at most this long, then commit and exit (generate does the same).
-TERM_GRACE_S = 15.0
-
-
-class _Terminated(Exception):
-    """SIGTERM before the requests started (a local server still loading): unwind, so the
-    server eyas started is stopped on the way out."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise _Terminated()
-
-
 async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log, job_id) -> dict:
     dtype = DTYPES[cfg.dtype]
     writer = CaptureWriter(cfg.out, cfg.shard_size, dtype, job_id=job_id)
     stats = Stats(total=len(jobs))
-    stopped: list[str] = []
     async with _pool(cfg, layers, target, log) as pool:
         queue = iter(jobs)
-        loop = asyncio.get_running_loop()
         tasks: list[asyncio.Task] = []
 
         def cancel() -> None:
             for task in tasks:
                 task.cancel()
 
-        def on_signal(sig: signal.Signals) -> None:
-            first = not stopped
-            if first:
-                stopped.append("terminated" if sig == signal.SIGTERM else "interrupted")
-            pool.stop.set()
-            if sig == signal.SIGTERM and first:
-                loop.call_later(TERM_GRACE_S, cancel)
-            elif not first:
-                cancel()
-
         with (
-            job_errors_path(cfg.out, job_id).open("ab") as errors,
-            GenerationProgress(len(jobs), label="capture") as bar,
+            job_errors_path(cfg.out, job_id).open("ab") as file,
+            JobProgress(len(jobs), label="capture") as bar,
         ):
+            errors = ErrorLog(file, stats)
 
             async def one(job: dict) -> None:
                 try:
                     states, _ = await capture_one(pool, job["id"], job["ids"], layers)
                 except RequestFailed as exc:
                     stats.failed += 1
-                    stats.reasons[exc.error.reason] += 1
-                    error = RequestError(
-                        job["id"], exc.error.reason, exc.error.detail, exc.attempts, job["dataset"]
+                    errors.add(
+                        RequestError(
+                            job["id"],
+                            exc.error.reason,
+                            exc.error.detail,
+                            exc.attempts,
+                            job["dataset"],
+                        )
                     )
-                    errors.write(orjson.dumps(error.to_dict()) + b"\n")
-                    errors.flush()
                     return
                 # A shard commit (concatenate, serialise, fsync) runs off the event loop, so
                 # the requests in flight keep the server busy meanwhile; the writer only locks
@@ -217,24 +199,16 @@ async def _run(cfg: CaptureConfig, jobs: list[dict], layers, target, log, job_id
                     stats.retries, stats.retry_reasons = pool.retries, pool.retry_reasons
                     bar.update(stats)
 
-            main_thread = threading.current_thread() is threading.main_thread()
-            if main_thread:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(sig, on_signal, sig)
             try:  # enough workers for every server's ceiling, more as servers join
-                await pool.fill(worker, len(jobs), tasks)
+                with StopSignals(pool.stop, cancel) as signals:
+                    await pool.fill(worker, len(jobs), tasks)
             finally:
-                if main_thread:
-                    for sig in (signal.SIGINT, signal.SIGTERM):
-                        loop.remove_signal_handler(sig)
-                    # the last commit and the server's stop are short: let them finish
-                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 await asyncio.to_thread(writer.flush)
                 bar.update(stats, force=True)
         return {
             "servers": pool.info,
             "client": pool.describe(),
-            "stopped_reason": pool.stopped_reason or (stopped[0] if stopped else None),
+            "stopped_reason": pool.stopped_reason or signals.reason,
             "this_run": stats.as_dict(),
         }
 
@@ -245,11 +219,11 @@ def _capture_jobs(cfg: CaptureConfig, target: TargetModel):
     quarantined, qfile = quarantined_ids(cfg.data, cfg.quarantine, cfg.include_quarantined)
     keep, excluded = select_trainable(table, cfg.truncated, quarantined)
     done = captured_ids(cfg.out)
-    i_shard, n_shards = parse_shard(cfg.shard)
+    shard = parse_shard(cfg.shard)
     skipped: Counter = Counter()
     jobs = []
     for i in keep:
-        if n_shards > 1 and shard_of(table.ids[i], n_shards) != i_shard:
+        if not in_shard(table.ids[i], shard):
             skipped["other_shard"] += 1
             continue
         ids = table.prompt.row(i).tolist() + table.output.row(i).tolist()
@@ -323,15 +297,12 @@ def run_capture(
         # The client only copies tensors; several intra-op threads fighting the server for
         # the same cores make each copy hundreds of times slower (measured: 0.5 s per shard).
         torch.set_num_threads(1)
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
-        run = asyncio.run(_run(cfg, jobs, layers, target, log, job_id)) if jobs else {}
-    except _Terminated:
+        with sigterm_unwinds():
+            run = asyncio.run(_run(cfg, jobs, layers, target, log, job_id)) if jobs else {}
+    except Terminated:  # before the requests started (a local server still loading)
         run = {"stopped_reason": "terminated"}
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
         torch.set_num_threads(threads)
     this_run = {**run.get("this_run", {}), "skipped": dict(skipped)}
     record = end_job(
@@ -350,10 +321,7 @@ def run_capture(
     errors = write_combined_errors(cfg.out, by_job)
     counts["failed"] = len(errors)
     status = run_status(cfg.out, counts["samples"], counts["duplicates"])
-    combined = {**record, **status, "counts": counts, "job": job_id}
-    for key in ("job_id", "host", "pid", "state", "started_unix", "ended_unix"):
-        combined.pop(key, None)
-    write_json(cfg.out / "manifest.json", combined)
+    write_combined_manifest(cfg.out, record, status, counts)
     manifest = CaptureResult.from_dict({**record, "counts": counts, "run": status})
     reason = run.get("stopped_reason")
     if reason and reason not in ("terminated", "interrupted"):

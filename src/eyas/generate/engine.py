@@ -16,50 +16,15 @@ history, rendered by the template's own rules (see `multiturn.py`).
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import IO, Any
-
-import orjson
 
 from eyas.backends.base import Generation, GenRequest
 from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.generate.jobs import Job
+from eyas.jobs import ErrorLog, Stats
 from eyas.records import RequestError, Sample
 from eyas.store import ShardWriter
-
-
-@dataclass
-class Stats:
-    total: int = 0
-    done: int = 0
-    samples: int = 0
-    failed: int = 0
-    retries: int = 0
-    skipped_elsewhere: int = 0
-    output_tokens: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    retry_reasons: Counter = field(default_factory=Counter)
-    finish_reasons: Counter = field(default_factory=Counter)
-    started: float = field(default_factory=time.perf_counter)
-
-    def as_dict(self) -> dict:
-        elapsed = time.perf_counter() - self.started
-        return {
-            "jobs": self.total,
-            "jobs_done": self.done,
-            "samples_written": self.samples,
-            "failed": self.failed,
-            "retries": self.retries,
-            "skipped_done_elsewhere": self.skipped_elsewhere,
-            "output_tokens": self.output_tokens,
-            "failure_reasons": dict(self.reasons),
-            "retry_reasons": dict(self.retry_reasons),
-            "finish_reasons": dict(self.finish_reasons),
-            "seconds": round(elapsed, 3),
-        }
 
 
 class Engine:
@@ -76,22 +41,17 @@ class Engine:
     ):
         self.pool = pool
         self.writer = writer
-        self.errors = errors
         self.flush_s = flush_s
         self.multi_turn = multi_turn
         self.on_progress = on_progress
         self.stats = Stats()
+        self.errors = ErrorLog(errors, self.stats)
         self.stop = pool.stop  # SIGINT and the pool's breaker stop the same run
         # ids other jobs of the same folder committed since this one started (re-read at
         # every flush), skipped instead of generated twice
         self.done_elsewhere = done_elsewhere
         self._elsewhere: set[str] = set()
-        self.signal: str | None = None
         self._workers: list[asyncio.Task] = []  # filled by the pool as workers start
-
-    @property
-    def stopped_reason(self) -> str | None:
-        return self.pool.stopped_reason or self.signal
 
     def cancel(self) -> None:
         """Abandon the requests in flight (they are retried by the next run); what is
@@ -159,9 +119,7 @@ class Engine:
         return [self.sample_from(job, req, gen, attempts, self.backend_name)]
 
     def record_error(self, error: RequestError) -> None:
-        self.errors.write(orjson.dumps(error.to_dict()) + b"\n")
-        self.errors.flush()
-        self.stats.reasons[error.reason] += 1
+        self.errors.add(error)
 
     def commit(self, samples: list[Sample]) -> None:
         # All samples of one conversation land in one shard, so resume sees all or none.

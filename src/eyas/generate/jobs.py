@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from eyas.config import PipelineConfig, SamplingConfig
 from eyas.errors import EyasError, RefusedError
+from eyas.jobs import in_shard, parse_shard
 from eyas.jsonl import read_json_object
 from eyas.records import Conversation
 from eyas.render.renderer import Renderer, has_unanswered
@@ -71,18 +71,6 @@ def plans(cfg: PipelineConfig) -> tuple[DatasetPlan, dict[str, DatasetPlan]]:
     return default, per
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    i, _, n = text.partition("/")
-    return int(i), int(n)
-
-
-def shard_of(sample_id: str, num_shards: int) -> int:
-    """Stable across processes and machines (Python's `hash()` is salted per process):
-    the first 8 bytes of sha256(id) modulo the shard count."""
-    digest = hashlib.sha256(sample_id.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % num_shards
-
-
 def _check_fingerprint(file: Path, renderer: Renderer) -> None:
     manifest = sidecar(file, ".manifest.json")
     if not manifest.exists():
@@ -102,7 +90,7 @@ def _check_fingerprint(file: Path, renderer: Renderer) -> None:
 
 def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[list[Job], Counter]:
     default, per = plans(cfg)
-    i_shard, n_shards = parse_shard(cfg.generate.shard)
+    shard = parse_shard(cfg.generate.shard)
     jobs: list[Job] = []
     skipped: Counter = Counter()
     checked: set[Path] = set()
@@ -111,7 +99,7 @@ def load_jobs(cfg: PipelineConfig, renderer: Renderer, done: set[str]) -> tuple[
             _check_fingerprint(file, renderer)
             checked.add(file)
         conv = Conversation.from_dict(row)
-        if n_shards > 1 and shard_of(conv.id, n_shards) != i_shard:
+        if not in_shard(conv.id, shard):
             skipped["other_shard"] += 1
             continue
         if conv.id in done:

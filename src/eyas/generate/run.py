@@ -8,13 +8,13 @@ Resume is automatic: rerunning the same command skips ids already committed in t
 stage directory, by any job. `--shard i/n` keeps only ids whose sha256 falls in slice i, so
 independent jobs (a Slurm array, Kubernetes pods) cover a dataset without coordination; any
 number of jobs may write one folder at once (`eyas.store.runs`, docs/cluster.md). SIGTERM
-commits what is done (after at most TERM_GRACE_S of finishing what is in flight) and exits 143.
+commits what is done (after at most `eyas.jobs.TERM_GRACE_S` of finishing what is in flight) and
+exits 143.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,11 @@ from eyas import __version__
 from eyas.backends.base import BackendSettings
 from eyas.backends.registry import open_pool
 from eyas.config import BackendConfig, PipelineConfig
-from eyas.generate.engine import Engine, Stats
+from eyas.generate.engine import Engine
 from eyas.generate.jobs import load_jobs, plans
 from eyas.generate.multiturn import make_multi_turn
-from eyas.generate.progress import GenerationProgress
 from eyas.generate.result import GenerateResult
-from eyas.jsonl import write_json
+from eyas.jobs import JobProgress, Stats, StopSignals, sigterm_restored, write_combined_manifest
 from eyas.records import SCHEMA_VERSION
 from eyas.render.renderer import Renderer
 from eyas.store import ShardWriter, committed_ids, shard_paths
@@ -73,11 +72,6 @@ def generation_settings(
     )
 
 
-# SIGTERM (Slurm, Kubernetes) comes with a grace period before SIGKILL (30 s by default in
-# both): finish what is in flight for at most this long, then commit and exit.
-TERM_GRACE_S = 15.0
-
-
 class _OthersCommitted:
     """Conversation ids other jobs committed into the folder since the last look (only new
     part files are read)."""
@@ -110,7 +104,7 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
         writer = ShardWriter(out, cfg.generate.shard_size, job_id=job_id)
         with (
             job_errors_path(out, job_id).open("ab") as errors,
-            GenerationProgress(len(jobs), enabled=show_progress) as bar,
+            JobProgress(len(jobs), label="generate", enabled=show_progress) as bar,
         ):
             engine = Engine(
                 pool=pool,
@@ -121,29 +115,10 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
                 on_progress=bar.update,
                 done_elsewhere=_OthersCommitted(out, job_id, seen),
             )
-            loop = asyncio.get_running_loop()
-
-            def on_signal(sig: signal.Signals) -> None:
-                # SIGINT: finish in flight, a second one cancels now; SIGTERM: finish in
-                # flight for at most TERM_GRACE_S. Either way what is done is committed.
-                first = engine.signal is None
-                if first:
-                    engine.signal = "terminated" if sig == signal.SIGTERM else "interrupted"
-                engine.stop.set()
-                if sig == signal.SIGTERM and first:
-                    loop.call_later(TERM_GRACE_S, engine.cancel)
-                elif not first:
-                    engine.cancel()
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal, sig)
             try:
-                stats: Stats = await engine.run(jobs)
+                with StopSignals(engine.stop, engine.cancel) as signals:
+                    stats: Stats = await engine.run(jobs)
             finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
-                # the work is committed; let the record and the combined manifest be written
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 bar.update(engine.stats, force=True)
         record = end_job(
             out,
@@ -152,7 +127,8 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
                 # the servers as they ended: those that joined during the run included
                 "backend": _static(cfg, renderer, pool)["backend"],
                 "complete": not engine.stop.is_set(),
-                "stopped_reason": engine.stopped_reason
+                "stopped_reason": pool.stopped_reason
+                or signals.reason
                 or ("interrupted" if engine.stop.is_set() else None),
                 "this_run": {**stats.as_dict(), "skipped": dict(skipped)},
                 "started_unix": started,
@@ -200,24 +176,18 @@ def _combine(out: Path, record: dict[str, Any]) -> dict[str, Any]:
         "duplicates": duplicates,
         "failed_outstanding": len(errors),
     }
-    combined = {**record, **status, "counts": counts, "job": record["job_id"]}
-    for key in ("job_id", "host", "pid", "state", "started_unix", "ended_unix"):
-        combined.pop(key, None)
-    write_json(out / "manifest.json", combined)
+    write_combined_manifest(out, record, status, counts)
     return {**record, "counts": counts, "run": status}
 
 
 def run_generate(
     cfg: PipelineConfig, renderer: Renderer, show_progress: bool = True
 ) -> GenerateResult:
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
+    with sigterm_restored():
         try:  # uvloop roughly halves the client's per-request CPU; plain asyncio works too
             import uvloop
 
             record = uvloop.run(_generate(cfg, renderer, show_progress))
         except ImportError:
             record = asyncio.run(_generate(cfg, renderer, show_progress))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return GenerateResult.from_dict(record)
