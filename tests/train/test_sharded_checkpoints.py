@@ -17,14 +17,9 @@ from safetensors.torch import load_file
 from test_model_and_loss import _optimizer_step, tiny_drafter
 from test_training import _train_cli, losses
 
+from eyas.drafter.dcp import read_sharded_weights
 from eyas.export.drafter import export_drafter
-from eyas.train.checkpoint import (
-    checkpoints,
-    latest_checkpoint,
-    load_sharded,
-    read_sharded_weights,
-    save_sharded,
-)
+from eyas.train.checkpoint import checkpoints, latest_checkpoint, load_sharded, save_sharded
 from eyas.train.loop import run_train
 from train_helpers import toy_train_config
 

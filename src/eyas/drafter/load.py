@@ -24,6 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from eyas.drafter.dcp import read_sharded_weights
 from eyas.drafter.method import DrafterLoadError
 from eyas.drafter.registry import get_method, method_reading
 from eyas.errors import unreadable
@@ -78,8 +79,6 @@ def load_drafter(
     if (folder / "dcp").is_dir() and not weights_file.exists():
         # a sharded training checkpoint: consolidated here; its frozen target tensors are
         # read from the target it was trained on
-        from eyas.train.checkpoint import read_sharded_weights
-
         weights = read_sharded_weights(folder)
         target_dir = target_dir or read_json_object(folder / "drafter_config.json").get(
             "target_dir"

@@ -17,17 +17,17 @@ still load.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from eyas.drafter.dcp import one_process_ok
 
 
 def _trainable_names(model) -> list[str]:
@@ -176,14 +176,6 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-@contextlib.contextmanager
-def _one_process_ok():
-    """DCP warns whenever it runs without a process group; one process is a supported case."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is .*single process")
-        yield
-
-
 def _barrier() -> None:
     import torch.distributed as dist
 
@@ -239,7 +231,7 @@ def save_sharded(
         (tmp / "dcp").mkdir(parents=True)
     _barrier()
     writer = dcp.FileSystemWriter(str(tmp / "dcp"), sync_files=True)
-    with _one_process_ok():
+    with one_process_ok():
         dcp.save(
             _trainable_state(model, optimizer), storage_writer=writer, no_dist=not _distributed()
         )
@@ -284,7 +276,7 @@ def load_sharded(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
 
     state = _trainable_state(model, optimizer)
     reader = dcp.FileSystemReader(str(path / "dcp"))
-    with _one_process_ok():
+    with one_process_ok():
         dcp.load(state, storage_reader=reader, no_dist=not _distributed())
     # strict=False: the frozen tensors are absent on purpose (dcp.load already failed on any
     # requested tensor the checkpoint lacks)
@@ -299,25 +291,6 @@ def load_sharded(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
     scheduler.load_state_dict(blob["scheduler"])
     torch.set_rng_state(blob["torch_rng"])
     return json.loads((path / STATE_FILE).read_text())
-
-
-def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The whole (unsharded) drafter weights of a sharded checkpoint, in one process, through
-    DCP's own reader: what `eyas export` and `load_drafter` consolidate. The frozen target
-    tensors are not in it."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    reader = dcp.FileSystemReader(str(folder / "dcp"))
-    meta = reader.read_metadata()
-    model = {
-        key.removeprefix("model."): torch.empty(md.size, dtype=md.properties.dtype)
-        for key, md in meta.state_dict_metadata.items()
-        if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
-    }
-    with _one_process_ok():
-        dcp.load({"model": model}, storage_reader=reader, no_dist=True)
-    return model
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, sharded: bool = False) -> dict:
