@@ -16,7 +16,7 @@ attention reads; `attention_factor` is never written (vLLM 0.32 takes `attention
 as `deepseek_llama_scaling`, another rope).
 
 For attention the per-head keys are [k_nope ; k_pe] and the values v, so training runs the
-same exact, memory-linear TTT attention as the MHA layer (`eagle3.model.ttt_attention`); an
+same exact, memory-linear TTT attention as the MHA layer (`eyas.drafter.ttt_attention`); an
 engine caches only [c ; k_pe] per token: `kv_bytes_per_token`.
 """
 
@@ -31,6 +31,7 @@ from torch import nn
 
 from eyas.drafter.layers import RMSNorm
 from eyas.drafter.rope import check_rope_scaling, inv_freq_and_mscale
+from eyas.drafter.ttt_attention import ttt_attention
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
@@ -159,8 +160,6 @@ class MLAAttention(nn.Module):
     def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
         """TTT attention as `eagle3.model.Attention.forward`: (output, k, v); the caller keeps
         k, v (the list is only read)."""
-        from eyas.drafter.eagle3.model import ttt_attention
-
         q, k, v = self.project(x, positions)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eyas.drafter.dflash import DFlashMethod
-from eyas.drafter.eagle3 import Eagle3Method
+from eyas.drafter.dflash.method import DFlashMethod
+from eyas.drafter.eagle3.method import Eagle3Method
 from eyas.drafter.method import DrafterLoadError, DraftMethod
 from eyas.errors import EyasError
 
