@@ -31,8 +31,8 @@ import aiohttp
 import orjson
 from peers import vllm_offline, vllm_python
 
-from eyas.backends.vllm.capture import plugin_env
-from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.backends.vllm.options import VLLMOptions
+from eyas.backends.vllm.server import VLLMServer
 from eyas.capture.result import CaptureResult
 from eyas.capture.run import capture_layers, run_capture
 from eyas.config import CaptureConfig
@@ -112,10 +112,12 @@ def main() -> None:
 
         storage = tmp / "incoming"  # as eyas does by default: OUT/.incoming
         storage.mkdir()
-        capture_args = server_args(
-            "capture", target, max_model_len=4096, capture_layers=layers, storage_dir=storage
-        )
-        with vllm_server(python, toy, capture_args, plugin_env(), tmp / "capture.log") as url:
+        launch = VLLMServer.capture_launch(layers, storage)
+        options = VLLMOptions(python=python, max_model_len=4096)
+        with VLLMServer(
+            options, target, args=launch.args, env=launch.env, log_path=tmp / "capture.log"
+        ) as started:
+            url = started.url
             warm = CaptureConfig(
                 target=toy,
                 data=tmp / "samples.jsonl",
@@ -170,8 +172,9 @@ def main() -> None:
             }
         )
         # the same server without extraction, prefix caching off as the capture server has it
-        plain_args = server_args("serve", target, max_model_len=4096, extra=NO_PREFIX_CACHING)
-        with vllm_server(python, toy, plain_args, None, tmp / "plain.log") as url:
+        plain = VLLMOptions(python=python, max_model_len=4096, args=list(NO_PREFIX_CACHING))
+        with VLLMServer(plain, target, log_path=tmp / "plain.log") as started:
+            url = started.url
             walls = [
                 asyncio.run(_plain_prefill(url, seqs, args.concurrency))
                 for _ in range(args.repeats)

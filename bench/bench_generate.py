@@ -147,7 +147,8 @@ def real_engine(args, tmp: Path) -> dict:
     rendered by eyas for the toy tiny target; greedy, at most `--real-max-new` new tokens."""
     from peers import vllm_offline, vllm_python
 
-    from eyas.backends.vllm.server import server_args, vllm_server
+    from eyas.backends.vllm.options import VLLMOptions
+    from eyas.backends.vllm.server import VLLMServer
     from eyas.hf_models import target_model
     from eyas.render.run import render_file
     from eyas.sources import convert_rows
@@ -169,9 +170,7 @@ def real_engine(args, tmp: Path) -> dict:
     render_file(renderer, converted, rendered)
     rows = [orjson.loads(line) for line in rendered.read_bytes().splitlines()]
     prompt_ids = [r["prompt_ids"] for r in rows]
-    flags = server_args(
-        "serve", target_model(toy), "auto", max_model_len=4096, extra=("--enable-scale-out",)
-    )
+    server = VLLMOptions(python=vllm_python(), max_model_len=4096, args=["--enable-scale-out"])
     out: dict = {"prompts": len(rows), "max_new_tokens": args.real_max_new, "rows": []}
 
     def eyas_row(name: str, cfg: PipelineConfig) -> dict:
@@ -186,9 +185,10 @@ def real_engine(args, tmp: Path) -> dict:
         return _row(name, walls, run.samples_written, run.output_tokens)
 
     # served under its path: speculators sends the tokenizer path as the model name
-    with vllm_server(
-        vllm_python(), toy, flags, None, tmp / "real_server.log", served_name=str(toy)
-    ) as url:
+    with VLLMServer(
+        server, target_model(toy), log_path=tmp / "real_server.log", served_name=str(toy)
+    ) as started:
+        url = started.url
         backend = BackendConfig(kind="vllm", urls=[url], concurrency=args.real_concurrency)
         cfg = PipelineConfig(
             model=ModelConfig(dir=toy),
@@ -202,10 +202,8 @@ def real_engine(args, tmp: Path) -> dict:
             ),
         )
         out["rows"].append(eyas_row("eyas generate --backend vllm", cfg))
-        tokens = backend.model_copy(update={"vllm_endpoint": "generate"})
-        out["rows"].append(
-            eyas_row("eyas, /inference/v1/generate", cfg.model_copy(update={"backend": tokens}))
-        )
+        tokens = PipelineConfig(**{**dict(cfg), "engine": {"kind": "vllm", "endpoint": "generate"}})
+        out["rows"].append(eyas_row("eyas, /inference/v1/generate", tokens))
         stops = renderer.stop_token_ids()
         walls, produced = [], 0
         for _ in range(args.real_repeats):
@@ -371,12 +369,11 @@ def main() -> None:
         runs = []
         with fake_sglang_server("--fixed-len", str(args.output_len)) as url:
             for batch in [int(b) for b in args.batch_sizes.split(",")]:
-                backend = BackendConfig(
-                    kind="sglang", urls=[url], concurrency=args.concurrency, batch_size=batch
-                )
+                backend = BackendConfig(kind="sglang", urls=[url], concurrency=args.concurrency)
                 cfg = PipelineConfig(
                     model=ModelConfig(dir=model_dir),
                     backend=backend,
+                    engine={"kind": "sglang", "batch_size": batch},
                     generate=GenerateConfig(
                         max_new_tokens=args.output_len + 10,
                         input=prompts,

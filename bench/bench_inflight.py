@@ -35,6 +35,7 @@ import aiohttp
 
 from eyas.backends.base import BackendSettings, GenRequest
 from eyas.backends.registry import open_pool
+from eyas.backends.sglang.options import SGLangOptions
 from eyas.config import ServerConfig
 from eyas.testing.server import fake_server
 
@@ -120,7 +121,8 @@ async def measure(url: str, run: dict, args: argparse.Namespace) -> dict:
     server = ServerConfig(
         urls=[url], concurrency=run["in_flight"], adaptive_concurrency=False, timeout_s=600
     )
-    backend = BackendSettings(stop_token_ids=[2], batch_size=run["batch_size"])
+    backend = BackendSettings(stop_token_ids=[2])
+    options = SGLangOptions(batch_size=run["batch_size"])
     tag = f"{run['batch_size']}-{run['in_flight']}"
     requests = (
         GenRequest(
@@ -133,7 +135,7 @@ async def measure(url: str, run: dict, args: argparse.Namespace) -> dict:
     )
     async with (
         aiohttp.ClientSession() as session,
-        open_pool("sglang", backend, server, operation="generate") as pool,
+        open_pool("sglang", backend, server, operation="generate", options=options) as pool,
     ):
 
         async def worker() -> None:

@@ -50,7 +50,8 @@ from bench_train import timed
 from peers import ROOT, speculators_venv, vllm_python
 from safetensors.torch import save_file
 
-from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.backends.vllm.options import VLLMOptions
+from eyas.backends.vllm.server import VLLMServer
 from eyas.config import TrainConfig
 from eyas.hf_models import target_model
 from eyas.render.renderer import Renderer
@@ -289,11 +290,13 @@ def main() -> None:
 
     train_prep, n_train = prepare(model, work / "train", args.train_rows, TRAIN_SEED, set())
     gen = work / "generate"
-    flags = server_args("serve", target_model(model), "float32", max_model_len=4096)
+    server = VLLMOptions(python=vpy, max_model_len=4096)
     if not (gen / "manifest.json").exists():  # a rerun on the same --workdir reuses the data
         say(f"generating {n_train} conversations through vLLM")
         t0 = time.perf_counter()
-        with vllm_server(vpy, model, flags, log_path=work / "vllm-generate.log") as url:
+        log = work / "vllm-generate.log"
+        with VLLMServer(server, target_model(model), dtype="float32", log_path=log) as started:
+            url = started.url
             seconds["vllm_start"] = time.perf_counter() - t0
             seconds["generate"] = cli(
                 "generate", "--model", model, "--backend", "vllm", "--url", url, "--input",

@@ -254,7 +254,10 @@ def bad(tmp_path_factory, world) -> dict[str, Path]:
 
 
 # Paths that are not data files: only their absence is a user input worth walking here.
-_ONLY_MISSING = {"vllm_python"}
+_ONLY_MISSING = {"python"}
+# What a key needs beside it to be an input at all: an engine's python is an option of the
+# engines whose servers eyas starts
+_CONTEXT = {"engine.python": {"backend": "vllm"}}
 # What an input does not read, so a malformed one there is no error: these commands use only
 # the tokenizer of their model directory, never its weights; an export never reads a tokenizer.
 _UNREAD = {
@@ -387,6 +390,7 @@ def test_bad_inputs_are_one_error_line(path, world, bad, tmp_path):
             value = str(bad[kind])
             tmp = tmp_path / f"{k}-{kind}"
             config = _baseline(path, world, tmp / "out")  # outputs of its own
+            config = {**config, **_CONTEXT.get(key, {})}
             if flag is not None:
                 result = _run(path, _without(config, key), [flag, value], tmp)
             else:

@@ -52,6 +52,9 @@ def _keys(model, prefix=""):
 
     from pydantic import BaseModel
 
+    from eyas.backends.engine import EngineOptions
+    from eyas.backends.registry import option_models
+
     for name, field in model.model_fields.items():
         inner = field.annotation
         if typing.get_origin(inner) in (typing.Union, types.UnionType):
@@ -62,6 +65,11 @@ def _keys(model, prefix=""):
             if issubclass(item, BaseModel):
                 yield from _keys(item, f"{prefix}{name}.*.")
                 continue
+        if isinstance(inner, type) and issubclass(inner, EngineOptions):
+            # an engine's options: the keys of every registered engine's model
+            for options in option_models():
+                yield from _keys(options, f"{prefix}{name}.")
+            continue
         if isinstance(inner, type) and issubclass(inner, BaseModel):
             yield from _keys(inner, f"{prefix}{name}.")
             continue

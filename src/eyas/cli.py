@@ -7,7 +7,8 @@
     eyas capture --target DIR --data runs/x/generate --out runs/x/capture --backend vllm --url URL
     eyas train --target DIR --hidden-states runs/x/capture --out runs/x/drafter
     eyas export drafter --checkpoint runs/x/drafter --format sglang --out exports/sglang
-    eyas eval --target DIR --drafter exports/sglang --input runs/x/prepare --backend vllm ...
+    eyas eval --target DIR --drafter runs/x/drafter --input runs/x/prepare --backend vllm \
+        --engine-python PY --engine-arg --tensor-parallel-size=2
     eyas quickstart
 
 Every command's flags and arguments come from its config schema (`eyas.config`), so each is
@@ -36,6 +37,7 @@ try:  # typer >= 0.2x carries its own copy of click
 except ImportError:  # pragma: no cover - older typer on the click package
     from click.exceptions import NoArgsIsHelpError, UsageError
 
+from eyas.backends.server_config import server_option_keys
 from eyas.cli_schema import Arg, Flag, schema_flags, validation_message
 from eyas.config import (
     AuditConfig,
@@ -57,7 +59,6 @@ from eyas.config import (
     ToyDatasetsConfig,
     TrainConfig,
     method_option_keys,
-    server_option_keys,
 )
 from eyas.errors import EyasError
 from eyas.store.job_result import RunStatus
@@ -166,6 +167,18 @@ def _server_flags(key: str, prefix: str = "") -> tuple[Flag, ...]:
     return tuple(Flag(f"{key}.{k}", f"--{prefix}{name}") for k, name in server_option_keys())
 
 
+# an engine's launch options (`eyas.backends.engine.LaunchOptions`): the servers eyas starts
+# when a command has no --url; `--vllm-python` is the old name of `--engine-python`
+_ENGINE_FLAGS = (
+    Flag("engine.python", "--engine-python"),
+    Flag("engine.python", "--vllm-python", help="the old name of --engine-python"),
+    Flag("engine.args", "--engine-arg"),
+    Flag("engine.tensor_parallel_size", "--tensor-parallel-size"),
+    Flag("engine.data_parallel_size", "--data-parallel-size"),
+    Flag("engine.enforce_eager", "--enforce-eager"),
+    Flag("engine.max_model_len", "--max-model-len"),
+)
+
 _MODEL_FLAGS = (
     Flag("model.dir", "--model"),
     Flag("model.profile", "--profile"),
@@ -229,7 +242,7 @@ def prepare(cfg: PipelineConfig) -> None:
     Flag("generate.out"),
     Flag("backend.kind", "--backend"),
     *_server_flags("backend"),
-    Flag("backend.batch_size"),
+    Flag("engine.batch_size", "--batch-size"),
     Flag("generate.max_new_tokens"),
     Flag("sampling.temperature"),
     Flag("generate.multi_turn"),
@@ -393,7 +406,7 @@ def status(cfg: StatusConfig) -> None:
     "out",
     "backend",
     *_server_flags("server"),
-    "vllm_python",
+    *_ENGINE_FLAGS,
     "storage_dir",
     "method",
     "aux_layers",
@@ -601,7 +614,7 @@ def export_samples_cmd(cfg: ExportSamplesConfig) -> None:
     "input",
     "backend",
     *_server_flags("server"),
-    "vllm_python",
+    *_ENGINE_FLAGS,
     "k",
     "topk",
     "num_draft_tokens",

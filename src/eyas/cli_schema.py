@@ -102,13 +102,25 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 
 def field_of(model: type[BaseModel], key: str) -> FieldInfo:
-    """The pydantic field a dotted key names (through nested models; `*`: a list's items)."""
+    """The pydantic field a dotted key names (through nested models; `*`: a list's items; an
+    engine's options: the first registered engine's model that has it)."""
     parts = [p for p in key.split(".") if p != "*"]
     for part in parts[:-1]:
-        model = _unwrap_optional(model.model_fields[part].annotation)
+        model = _unwrap_optional(_owner(model, part).model_fields[part].annotation)
         if typing.get_origin(model) is list:
             (model,) = typing.get_args(model)
-    return model.model_fields[parts[-1]]
+    return _owner(model, parts[-1]).model_fields[parts[-1]]
+
+
+def _owner(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """`model`, or for the engine-options base, the registered engine's model with `name`."""
+    from eyas.backends.engine import EngineOptions
+
+    if name in model.model_fields or not issubclass(model, EngineOptions):
+        return model
+    from eyas.backends.registry import option_models
+
+    return next((m for m in option_models() if name in m.model_fields), model)
 
 
 def default_of(model: type[BaseModel], key: str) -> Any:
@@ -262,11 +274,17 @@ def schema_flags(
         @functools.wraps(fn)
         def command(*a: Any, **kwargs: Any) -> Any:
             file, overrides = kwargs.pop("config_file", None), kwargs.pop("overrides", None)
-            given = {}
+            given: dict[str, Any] = {}
+            by: dict[str, str] = {}
             for name, spec in zip(names, specs):
                 value = kwargs.pop(name, None)
                 if value is not None and value != [] and value != ():
-                    given[spec.key] = list(value) if isinstance(value, tuple) else value
+                    value = list(value) if isinstance(value, tuple) else value
+                    if spec.key in given and given[spec.key] != value:  # a flag and its alias
+                        raise ConfigError(
+                            f"{by[spec.key]} and {spec.option} set {spec.key}: give one"
+                        )
+                    given[spec.key], by[spec.key] = value, spec.option
             return fn(*a, cfg=schema.load(file, given, overrides), **kwargs)
 
         parameters = [*args, *own, _CONFIG, _SET, *flags]
@@ -291,6 +309,8 @@ def validation_message(exc: ValidationError, schema: CommandSchema | None = None
         key = ".".join(parts)
         if err["type"] == "missing":
             msg = "required"
+        elif err["type"] == "extra_forbidden" and parts[:1] == ["engine"]:
+            msg = "not an option of this engine (--backend)"
         elif err["type"] == "extra_forbidden":
             msg = "unknown key"
         else:

@@ -11,20 +11,22 @@ itself (`Choices`), so a new entry there is a new valid value everywhere.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
 from pydantic_core import core_schema
 
+from eyas.backends.engine import EngineOptions
+from eyas.backends.server_config import ServerConfig
+from eyas.backends.server_config import server_defaults as _server_defaults
 from eyas.drafter.dflash.options import DFlashOptions
 from eyas.drafter.eagle3.options import Eagle3Options
 from eyas.errors import EyasError
+from eyas.options import Choices, check_urls
+from eyas.options import Strict as _Strict
 
 
 def _check_shard(v: str) -> str:
@@ -32,36 +34,6 @@ def _check_shard(v: str) -> str:
     if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
         raise ValueError(f"shard takes i/n with 0 <= i < n, not {v!r}")
     return v
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    # dotted keys (`*` for every list item) holding paths relative to a config file
-    path_keys: ClassVar[tuple[str, ...]] = ()
-    # dotted keys of the paths a command reads: checked to exist before anything is parsed
-    input_keys: ClassVar[tuple[str, ...]] = ()
-
-
-@dataclass(frozen=True)
-class Choices:
-    """Field metadata: the value is one of the names a registry owns. `names` is called when a
-    value is validated and when the command line builds its choices, so the registry's module
-    is imported only then and a name added there is valid everywhere at once."""
-
-    names: Callable[[], Iterable[str]]
-    what: str
-    # a registry's own check, for a message that says more than "unknown" (raises ValueError)
-    check: Callable[[Any], Any] | None = None
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        return core_schema.no_info_after_validator_function(self._check, handler(source))
-
-    def _check(self, value: Any) -> Any:
-        if value is not None and self.check is not None:
-            return self.check(value)
-        if value is not None and value not in (names := list(self.names())):
-            raise ValueError(f"unknown {self.what} {value!r}; choose one of {names}")
-        return value
 
 
 def _model_format_names() -> list[str]:
@@ -116,20 +88,6 @@ class SamplingConfig(_Strict):
     repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
 
 
-class RetryConfig(_Strict):
-    max_attempts: int = Field(5, ge=1, description="tries per request")
-    backoff_s: float = Field(
-        1.0, ge=0.0, description="first retry pause (doubles per attempt, with jitter)"
-    )
-    max_backoff_s: float = Field(60.0, ge=0.0, description="longest retry pause")
-    max_consecutive_failures: int = Field(
-        64,
-        ge=0,
-        description="stop (resumably) after this many jobs in a row fail on transport or 5xx "
-        "errors: the servers are down, not the data; 0 never stops",
-    )
-
-
 def _engines(operation: str) -> Choices:
     def names() -> list[str]:
         from eyas.backends.registry import engines_offering
@@ -160,15 +118,14 @@ def _eval_engines() -> Choices:
 
 def _served_needs_urls(backend: str, server: ServerConfig, cfg: Any) -> str | None:
     """Why a served engine's settings name no server (None: fine): the user's --url or
-    --url-file, or one the engine's servers hook can start with these settings
-    (`--vllm-python`)."""
+    --url-file, or one eyas can start with the engine's options (`--engine-python`)."""
     from eyas.backends.registry import backend_class, can_start, start_flag
 
     if (
         not backend_class(backend).remote
         or server.urls
         or server.url_file
-        or can_start(backend, cfg)
+        or can_start(backend, cfg.engine)
     ):
         return None
     ways = ["--url"]
@@ -195,79 +152,72 @@ CaptureEngine = Annotated[str, _engines("capture")]
 EvalEngine = Annotated[str, _eval_engines()]
 
 
-class ServerConfig(_Strict):
-    """How a command talks to its engine's servers (the client policy of
-    `eyas.backends.policy`): the same fields, flags and meaning in every command that sends
-    requests (generate's `backend`, capture's and eval's `server`, train's `capture_server`);
-    only the defaults differ per command. `eyas.backends.registry.open_pool` builds the pool
-    from it."""
+class _OptionsOfItsEngine:
+    """Field metadata: an engine's options, validated by the options model of the engine its
+    `kind` names (a tagged union of the registered engines' models, looked up when validated,
+    so an engine registered later counts)."""
 
-    urls: list[str] = Field(default_factory=list, description="server URL; repeat for several")
-    url_file: Path | None = Field(
-        None,
-        description="a file of server URLs, one a line, re-read every url_file_s while the "
-        "run lasts: servers listed later join the run (e.g. each Slurm node appends its own)",
-    )
-    url_file_s: float = Field(5.0, gt=0, description="seconds between reads of url_file")
-    concurrency: int | None = Field(
-        None,
-        ge=1,
-        description="most requests in flight per server (default per command and engine: "
-        "generate 256 on vllm, sglang and openai_chat, 16 per batch on local; capture 8; "
-        "served eval every prompt of a dataset at once)",
-    )
-    adaptive_concurrency: bool = Field(
-        True,
-        description="start low and raise the in-flight limit only while the server's measured "
-        "throughput grows (never above concurrency); off: always concurrency",
-    )
-    timeout_s: float = Field(
-        600.0,
-        gt=0,
-        description="seconds a request may wait without its server showing progress (a queued "
-        "or long request on a working server is never resubmitted)",
-    )
-    ready_timeout_s: float = Field(600.0, ge=0, description="seconds to wait for the servers")
-    retry: RetryConfig = Field(default_factory=RetryConfig)
-    api_key_env: str | None = Field(
-        None, description="environment variable holding the API key (the key is never stored)"
-    )
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        def validate(value: Any, _handler: Any) -> EngineOptions:
+            from eyas.backends.registry import ENGINES, engine_options
 
-    @field_validator("urls")
-    @classmethod
-    def _http_urls(cls, urls: list[str]) -> list[str]:
-        return _check_urls(urls)
+            kind = value.kind if isinstance(value, EngineOptions) else None
+            if isinstance(value, dict):
+                kind = value.get("kind")
+            if not isinstance(kind, str):
+                raise ValueError("engine options name their engine (kind)")
+            if kind not in ENGINES:  # the command's backend names it: refused there
+                return EngineOptions(kind=kind)
+            return engine_options(kind, value)
 
-    def api_key(self) -> str | None:
-        """The key from `api_key_env` (read when the pool opens, never stored)."""
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
-
-    def serving(self, urls: list[str]) -> ServerConfig:
-        """These settings for other servers: `urls` only (servers eyas started, or eval's
-        baseline servers)."""
-        return self.model_copy(update={"urls": list(urls), "url_file": None})
+        return core_schema.no_info_wrap_validator_function(validate, handler(source))
 
 
-# the option names of ServerConfig keys whose flags predate it (others: the dashed key)
-_SERVER_OPTION_NAMES = {"urls": "url", "timeout_s": "timeout"}
+# the `engine` table of a command: the options of the engine it runs on (`--backend`), which
+# each engine's package owns (`eyas.backends.<engine>.options`); dumped with all their fields
+EngineSettings = SerializeAsAny[Annotated[EngineOptions, _OptionsOfItsEngine()]]
 
 
-def server_option_keys() -> tuple[tuple[str, str], ...]:
-    """(dotted key under a ServerConfig, option name without dashes) for every setting: the
-    flags each server-talking command generates (`eyas train` prefixes them `capture-`)."""
-    keys = [k for k in ServerConfig.model_fields if k != "retry"]
-    keys += [f"retry.{k}" for k in RetryConfig.model_fields]
-    return tuple((k, _SERVER_OPTION_NAMES.get(k, k.split(".")[-1].replace("_", "-"))) for k in keys)
+def _engine_input(
+    data: Any, kind: str, legacy: dict[str, tuple[str, Any]], command: str
+) -> dict[str, Any]:
+    """The raw `engine` table of a command running on engine `kind`, before validation: its
+    `kind` set, and each key of `legacy` (old dotted key -> (option, its old default)) moved
+    into it. An old key the engine has no option for is dropped when it holds the old default
+    (configs wrote every key), refused otherwise."""
+    from eyas.backends.registry import ENGINES
 
-
-def _server_defaults(**kw: Any) -> Callable[[], ServerConfig]:
-    """A command's own defaults for its `ServerConfig` (retry keys go to `retry`)."""
-    retry = {k: kw.pop(k) for k in list(kw) if k in RetryConfig.model_fields}
-
-    def make() -> ServerConfig:
-        return ServerConfig(**kw, retry=RetryConfig(**retry))
-
-    return make
+    data = dict(data)
+    engine = data.get("engine")
+    if isinstance(engine, EngineOptions):
+        engine = engine.model_dump(exclude_unset=True)
+    engine = dict(engine or {})
+    if engine.get("kind", kind) != kind:
+        raise ValueError(f"{command}: engine.kind {engine['kind']!r} is not the backend {kind!r}")
+    engine["kind"] = kind
+    fields = ENGINES[kind].options.model_fields if kind in ENGINES else {}
+    for old, (option, default) in legacy.items():
+        *parents, leaf = old.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        node = dict(node)
+        value = node.pop(leaf)
+        if parents:
+            data[parents[0]] = node  # (old keys sit at most one table deep)
+        else:
+            data = {k: v for k, v in data.items() if k != leaf}
+        if option not in fields:
+            if value == default:
+                continue
+            raise ValueError(f"{command}: {old} is not an option of engine {kind!r}")
+        if option in engine and engine[option] != value:
+            raise ValueError(f"{command}: {old} is the old name of engine.{option}: give one")
+        engine[option] = value
+    data["engine"] = engine
+    return data
 
 
 def _server_input(
@@ -312,22 +262,14 @@ def _server_input(
 
 
 class BackendConfig(ServerConfig):
-    """`eyas generate`'s engine: its `ServerConfig` fields plus what only generation sets."""
+    """`eyas generate`'s engine and its servers: the engine's name (`kind`) and the
+    `ServerConfig` fields; the engine's own options are the config's `engine` table."""
 
     kind: GenerateEngine = Field(
         "local",
         description="where generation runs: sglang, vllm, openai_chat or local (the engines "
         "of eyas.backends.registry)",
     )
-    batch_size: int = Field(
-        1,
-        ge=1,
-        description="sglang: prompts per /generate call. SGLang answers a batch when its longest "
-        "member is done, so with long-tailed outputs a batch holds finished slots idle "
-        "(docs/cluster-servers.md); 1 sends each prompt on its own",
-    )
-    vllm_endpoint: Literal["completions", "generate"] = "completions"
-    served_model: str | None = None
 
     @model_validator(mode="after")
     def _urls_for_http(self) -> BackendConfig:
@@ -340,13 +282,6 @@ class BackendConfig(ServerConfig):
         if self.concurrency is None:
             self.concurrency = ENGINES[self.kind].default_concurrency
         return self
-
-
-def _check_urls(urls: list[str]) -> list[str]:
-    for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-    return urls
 
 
 class DatasetConfig(_Strict):
@@ -405,15 +340,32 @@ class PipelineConfig(_Strict):
         "generate.out",
         "datasets.*.path",
         "backend.url_file",
+        "engine.python",
     )
     input_keys: ClassVar = ("model.dir",)  # prepare also reads datasets.*.path
 
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig
     backend: BackendConfig = Field(default_factory=BackendConfig)
+    engine: EngineSettings = Field(
+        description="the options of the engine `backend.kind` names (its package's options)"
+    )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     generate: GenerateConfig = Field(default_factory=GenerateConfig)
     datasets: list[DatasetConfig] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        backend = data.get("backend")
+        kind = BackendConfig.model_fields["kind"].default
+        if isinstance(backend, BackendConfig):
+            kind = backend.kind
+        elif isinstance(backend, dict):
+            kind = backend.get("kind", kind)
+        return _engine_input(data, kind, _GENERATE_LEGACY, "generate")
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:
@@ -469,6 +421,13 @@ _CAPTURE_LEGACY = {
     **{k: f"retry.{k}" for k in ("max_attempts", "backoff_s", "max_consecutive_failures")},
 }
 _EVAL_LEGACY = {k: k for k in ("urls", "url_file", "url_file_s", "timeout_s", "retry")}
+# keys of configs written before each engine owned its options (old -> (option, old default))
+_GENERATE_LEGACY = {
+    "backend.batch_size": ("batch_size", 1),
+    "backend.vllm_endpoint": ("endpoint", "completions"),
+    "backend.served_model": ("served_model", None),
+}
+_START_LEGACY = {"vllm_python": ("python", None)}  # capture and eval: `--vllm-python`
 
 
 class TrainConfig(_Strict, *METHOD_OPTIONS):
@@ -648,13 +607,14 @@ class CaptureConfig(_Strict):
         "target",
         "data",
         "out",
-        "vllm_python",
+        "engine.python",
         "quarantine",
         "storage_dir",
         "server.url_file",
         "url_file",  # the old key (moved to server.url_file)
+        "vllm_python",  # the old key (moved to engine.python)
     )
-    input_keys: ClassVar = ("target", "data", "vllm_python", "quarantine")
+    input_keys: ClassVar = ("target", "data", "engine.python", "quarantine")
 
     target: Path = Field(description="target model directory")
     data: Path = Field(description="generate stage dir, Parquet or sample JSONL")
@@ -664,8 +624,8 @@ class CaptureConfig(_Strict):
         default_factory=_server_defaults(concurrency=8, ready_timeout_s=300.0, max_attempts=4),
         description="the capture servers and how they are asked",
     )
-    vllm_python: Path | None = Field(
-        None, description="python of a vLLM install: eyas starts and stops a local server"
+    engine: EngineSettings = Field(
+        description="the options of the engine `backend` names (its package's options)"
     )
     storage_dir: Path | None = Field(
         None,
@@ -714,7 +674,11 @@ class CaptureConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _server_input(cls, data, "server", _CAPTURE_LEGACY, "capture")
+        data = _server_input(cls, data, "server", _CAPTURE_LEGACY, "capture")
+        if not isinstance(data, dict):
+            return data
+        kind = data.get("backend", cls.model_fields["backend"].default)
+        return _engine_input(data, kind, _START_LEGACY, "capture")
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
@@ -734,12 +698,13 @@ class EvalConfig(_Strict):
         "drafter",
         "input",
         "json_out",
-        "vllm_python",
+        "engine.python",
         "html_out",
         "server.url_file",
         "url_file",  # the old key (moved to server.url_file)
+        "vllm_python",  # the old key (moved to engine.python)
     )
-    input_keys: ClassVar = ("target", "drafter", "input", "vllm_python")
+    input_keys: ClassVar = ("target", "drafter", "input", "engine.python")
 
     target: Path = Field(description="target model directory")
     drafter: Path = Field(
@@ -768,8 +733,9 @@ class EvalConfig(_Strict):
         description="served: the servers with the drafter and how they are asked (the "
         "baseline servers are asked the same way)",
     )
-    vllm_python: Path | None = Field(
-        None, description="python of a vLLM install: eyas starts the server with the drafter"
+    engine: EngineSettings = Field(
+        description="the options of the engine `backend` names (its package's options): eyas "
+        "starts its servers, with the drafter and without, when given no --url"
     )
     k: int = Field(3, ge=1, description="draft tokens per verify step (chain) or tree depth")
     topk: int = Field(1, ge=1, description="tree drafts: branches per step (1: a chain)")
@@ -807,18 +773,22 @@ class EvalConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _server_input(cls, data, "server", _EVAL_LEGACY, "eval")
+        data = _server_input(cls, data, "server", _EVAL_LEGACY, "eval")
+        if not isinstance(data, dict):
+            return data
+        kind = data.get("backend", cls.model_fields["backend"].default)
+        return _engine_input(data, kind, _START_LEGACY, "eval")
 
     @field_validator("baseline_urls")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
-        return _check_urls(urls)
+        return check_urls(urls)
 
     @model_validator(mode="after")
     def _tree(self) -> EvalConfig:
         if (self.input is None) == (not self.bench):
             raise ValueError("give --input PROMPTS or --bench NAMES (one of them)")
-        from eyas.backends.registry import ENGINES, eval_engine_names, start_flag
+        from eyas.backends.registry import eval_engine_names
 
         if self.server.url_file is not None and not _joinable(self.backend):
             # figures from counter deltas read before and after each dataset on every server:
@@ -830,9 +800,6 @@ class EvalConfig(_Strict):
             )
         if why := _served_needs_urls(self.backend, self.server, self):
             raise ValueError(why)
-        served = ENGINES[self.backend].acceptance is not None
-        if served and self.vllm_python is not None and start_flag(self.backend) != "--vllm-python":
-            raise ValueError(f"--vllm-python starts vLLM; for {self.backend} pass --url")
         return self
 
 
@@ -1191,7 +1158,7 @@ def values_at(data: Any, key: str) -> list[Any]:
             elif isinstance(node, dict):
                 nxt += [node[part]] if part in node else []
             elif node is not None:
-                nxt.append(getattr(node, part))
+                nxt.append(getattr(node, part, None))  # an engine's options may lack it
         nodes = nxt
     return [v for v in nodes if v is not None]
 

@@ -173,7 +173,7 @@ def run_quickstart(
 ) -> QuickstartResult:
     from eyas.config import EvalConfig, TrainConfig
     from eyas.evaluate.run import run_eval
-    from eyas.export.drafter import export_drafter
+    from eyas.export.drafter import EXPORT_FORMATS, export_drafter
     from eyas.export.validate import check_export
     from eyas.train.loop import run_train
 
@@ -239,7 +239,7 @@ def run_quickstart(
 
     say(f"6/8 train the EAGLE-3 drafter on all native data ({train_steps} steps)")
     drafter = train(cfg.stage_dir("generate"), "native_all", train_steps)
-    for fmt in ("sglang", "vllm"):
+    for fmt in EXPORT_FORMATS:
         check_export(export_drafter(drafter, fmt, out / "export" / fmt))
     say(f"    exported and validated: {out / 'export'}")
     say("7/8 eval: acceptance length per dataset on held-out natively rendered prompts")

@@ -14,8 +14,9 @@ from eyas.backends.base import BackendSettings, GenRequest
 from eyas.backends.policy import AdaptiveLimit, ClientPolicy, RequestFailed
 from eyas.backends.reasons import REASONS, BackendError
 from eyas.backends.registry import open_pool
+from eyas.backends.server_config import RetryConfig, ServerConfig
 from eyas.backends.sglang.client import parse_sglang_item
-from eyas.config import RetryConfig, ServerConfig
+from eyas.backends.sglang.options import SGLangOptions
 from eyas.testing.fake_sglang import fake_output
 from eyas.testing.server import fake_server
 
@@ -36,9 +37,10 @@ def _server(*, adaptive: bool = True, urls=(), url_file=None, **kw) -> ServerCon
 
 async def run_all(url, server, n, *, batch_size=1, during=None):
     """n requests through a pool; (results or RequestFailed, latencies, pool)."""
-    settings = BackendSettings(stop_token_ids=STOP, batch_size=batch_size)
+    settings = BackendSettings(stop_token_ids=STOP)
     server = server.serving([url])
-    async with open_pool("sglang", settings, server, operation="generate") as pool:
+    options = SGLangOptions(batch_size=batch_size)
+    async with open_pool("sglang", settings, server, operation="generate", options=options) as pool:
 
         async def one(i):
             start = time.perf_counter()
@@ -148,9 +150,10 @@ def test_a_bad_item_in_a_batch_fails_alone():
     policy = _server(concurrency=8, timeout_s=5.0, max_attempts=3, backoff_s=0.01)
 
     async def go(url):
-        settings = BackendSettings(stop_token_ids=STOP, batch_size=8)
+        settings = BackendSettings(stop_token_ids=STOP)
+        options = SGLangOptions(batch_size=8)
         async with open_pool(
-            "sglang", settings, policy.serving([url]), operation="generate"
+            "sglang", settings, policy.serving([url]), operation="generate", options=options
         ) as pool:
             reqs = [request(i) for i in range(8)]
             reqs[3] = GenRequest(id="long", prompt_ids=[5] * 64, max_new_tokens=8, sampling={})

@@ -1,17 +1,17 @@
-"""One registry of engines: adding an engine is one module plus its registry line, and the
-new engine gets the shared client policy (retries, reasons, manifest) with no other change."""
+"""One registry of engines: each entry is built in its engine's own package (its name, its
+options model, its parts reached by plain imports), the registry names each engine once, and
+reading it loads no client. (An engine added by one package plus its registry line:
+`test_toy_serving_engine.py`.)"""
 
-import json
+import subprocess
+import sys
+import typing
 
-import pyarrow.parquet as pq
-import pytest
-from toy_engine import toy_output
 from typer.testing import CliRunner
 
 from eyas.backends import registry
+from eyas.backends.engine import EngineOptions, LaunchOptions
 from eyas.cli import app
-from eyas.render import Renderer
-from eyas.store import read_samples
 
 
 def generate(model, backend, inp, out):
@@ -19,42 +19,30 @@ def generate(model, backend, inp, out):
     return CliRunner().invoke(app, ["generate", *args, "--no-progress"])
 
 
-@pytest.mark.slow
-def test_a_toy_engine_is_one_module_plus_its_registry_line(
-    monkeypatch, tmp_path, kimi_dir, rendered_prompts
-):
-    monkeypatch.setitem(registry.ENGINES, "toy", registry.Engine("toy_engine:ToyBackend", 4))
-    out = tmp_path / "gen"
-    res = generate(kimi_dir, "toy", rendered_prompts, out)
-    assert res.exit_code == 0, res.output
-    stop = Renderer(kimi_dir).stop_token_ids()
-    samples = list(read_samples(out))
-    assert samples
-    for s in samples:
-        assert s.backend == "toy" and s.output_ids == toy_output(s.prompt_ids, stop)
-    shards = [pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))]
-    # the toy's 503 on each first attempt, retried by the shared policy
-    assert {a for t in shards for a in t.column("attempts").to_pylist()} == {2}
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["backend"]["kind"] == "toy"
-    assert manifest["this_run"]["retry_reasons"] == {"server_error": len(samples)}
-    assert manifest["backend"]["servers"] == [{"url": "toy:", "engine": "toy"}]
-    # an operation the engine does not offer is refused by name
-    refused = CliRunner().invoke(
-        app,
-        [
-            "capture",
-            "--target",
-            str(kimi_dir),
-            "--data",
-            str(out),
-            "--out",
-            str(tmp_path / "c"),
-            "--backend",
-            "toy",
-        ],
+def test_every_entry_is_its_engines_own_and_its_parts_import():
+    for name, engine in registry.ENGINES.items():
+        assert engine.name == name
+        assert issubclass(engine.options, EngineOptions)
+        # the options model is the one the `engine` table of that kind validates with
+        assert typing.get_args(engine.options.model_fields["kind"].annotation) == (name,)
+        assert engine.options.__module__.startswith(f"eyas.backends.{name}.")
+        backend = engine.backend()
+        assert backend.name == name and backend.__module__.startswith(f"eyas.backends.{name}.")
+        if engine.server is not None:  # an engine eyas starts takes the launch options
+            assert issubclass(engine.options, LaunchOptions)
+            assert engine.server().__module__ == f"eyas.backends.{name}.server"
+    assert registry.eval_engine_names() == ["local", "sglang", "vllm"]
+    assert [n for n in registry.engine_names() if registry.server_class(n)] == ["vllm"]
+
+
+def test_reading_the_registry_loads_no_client_and_no_torch():
+    code = (
+        "import sys, eyas.backends.registry as r\n"
+        "r.options_model('vllm'); r.eval_engine_names.__doc__\n"
+        "print(sorted(m for m in ('aiohttp', 'torch', 'transformers') if m in sys.modules))"
     )
-    assert refused.exit_code == 2 and "engine 'toy' cannot capture" in refused.output
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_unknown_engines_are_a_config_error(kimi_dir, tmp_path):

@@ -5,8 +5,8 @@ models whose generation config changes greedy decoding go through `generate` its
 import pytest
 import torch
 
-from eyas.backends import hf_generate
-from eyas.backends.hf_generate import generate_batch
+from eyas.backends.local import hf_generate
+from eyas.backends.local.hf_generate import generate_batch
 from eyas.hf_models import load_frozen_lm
 from eyas.render import Renderer
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-import eyas.backends.local as local
+import eyas.backends.local.client as local
 from eyas.backends.base import BackendError, GenRequest
-from eyas.backends.hf_generate import LocalOutput
+from eyas.backends.local.hf_generate import LocalOutput
 
 
 def _backend(monkeypatch, batch_fn, batch_size=8):
@@ -53,12 +53,15 @@ def test_other_failures_fail_their_requests_as_backend_errors(monkeypatch):
 @pytest.mark.parametrize("trust", [False, True])
 def test_trust_remote_code_reaches_every_loader_only_when_given(monkeypatch, tmp_path, trust):
     from eyas.backends.base import BackendSettings
+    from eyas.backends.local.options import LocalOptions
     from eyas.backends.registry import build_backends
 
     seen = []
     monkeypatch.setattr(local, "load_frozen_lm", lambda d, dev, dt, t=False: seen.append(t))
     # generation and capture build the same in-process backend from their settings
-    build_backends("local", BackendSettings(model_dir=tmp_path, trust_remote_code=trust), [])
+    options = LocalOptions()
+    generate = BackendSettings(model_dir=tmp_path, trust_remote_code=trust)
+    build_backends("local", generate, options, [])
     settings = BackendSettings(model_dir=tmp_path, trust_remote_code=trust, capture_layers=[1])
-    build_backends("local", settings, [])
+    build_backends("local", settings, options, [])
     assert seen == [trust, trust]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from eyas.backends.local import LocalBackend
+from eyas.backends.local.client import LocalBackend
 from eyas.cli import app
 from eyas.store.captures import StateReader, read_capture_index
 

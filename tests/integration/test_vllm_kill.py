@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from eyas.backends.vllm.capture import plugin_env
-from eyas.backends.vllm.server import server_args, vllm_process
+from eyas.backends.vllm.options import VLLMOptions
+from eyas.backends.vllm.server import VLLMServer
 from eyas.hf_models import target_model
 from eyas.render import Renderer
 from eyas.render.run import render_file
@@ -65,16 +65,13 @@ def test_a_vllm_server_killed_mid_run_stops_every_stage_the_same_way(
     samples.write_text(
         "".join(json.dumps({**r, "id": f"{r['id']}-{k}"}) + "\n" for k in range(6) for r in rows)
     )
-    args = server_args(
-        "capture",
-        target_model(toy_tiny),
-        "float32",
-        max_model_len=2048,
-        capture_layers=[1, 2, 3, 4],
-        storage_dir=storage,
-    )
+    launch = VLLMServer.capture_launch([1, 2, 3, 4], storage)
+    options = VLLMOptions(python=vllm_python, max_model_len=2048)
     log = tmp_path / "server.log"
-    with vllm_process(vllm_python, toy_tiny, args, plugin_env(), log) as server:
+    with VLLMServer(
+        options, target_model(toy_tiny), dtype="float32", args=launch.args, env=launch.env,
+        log_path=log,
+    ) as server:  # fmt: skip
         url = server.url
         gen, cap = tmp_path / "gen", tmp_path / "cap"
         stages = {

@@ -11,8 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 from eyas.backends.base import GenRequest
-from eyas.backends.vllm import VLLMBackend
-from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.backends.vllm.client import VLLMBackend
+from eyas.backends.vllm.options import VLLMOptions
+from eyas.backends.vllm.server import VLLMServer
 from eyas.cli import app
 from eyas.hf_models import target_model
 from eyas.render import Renderer
@@ -27,15 +28,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def vllm_url(vllm_python, toy_tiny, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-log") / "server.log"
-    args = server_args(
-        "serve",
-        target_model(toy_tiny),
-        "float32",
-        max_model_len=2048,
-        extra=("--enable-scale-out",),
-    )
-    with vllm_server(vllm_python, toy_tiny, args, log_path=log, served_name="toy-tiny") as url:
-        yield url
+    options = VLLMOptions(python=vllm_python, max_model_len=2048, args=["--enable-scale-out"])
+    target = target_model(toy_tiny)
+    with VLLMServer(options, target, dtype="float32", log_path=log, served_name="toy-tiny") as s:
+        yield s.url
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 import torch
 from real_helpers import CHAT, MAX_NEW, converted, hf_greedy, invoke
 
-from eyas.backends.vllm.server import server_args, vllm_server
+from eyas.backends.vllm.options import VLLMOptions
+from eyas.backends.vllm.server import VLLMServer
 from eyas.hf_models import target_model
 from eyas.render import Renderer
 from eyas.render.run import render_file
@@ -70,9 +71,10 @@ def vllm_generated(vllm_python, smollm2, chat_prep, real_root) -> Path:
     """`eyas generate --backend vllm` against vLLM's CPU build serving the converted
     directory in fp32; the server is stopped once generation is done."""
     out = real_root / "generate-vllm"
-    args = server_args("serve", target_model(smollm2), "float32", max_model_len=2048)
+    options = VLLMOptions(python=vllm_python, max_model_len=2048)
     log = real_root / "vllm-generate.log"
-    with vllm_server(vllm_python, smollm2, args, log_path=log) as url:
+    with VLLMServer(options, target_model(smollm2), dtype="float32", log_path=log) as server:
+        url = server.url
         res = invoke(
             "generate", "--model", smollm2, "--backend", "vllm", "--url", url,
             "--input", chat_prep, "--out", out,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from real_helpers import MAX_NEW, invoke
 
-from eyas.backends.local import LocalBackend
+from eyas.backends.local.client import LocalBackend
 from eyas.store import read_samples
 from eyas.store.captures import StateReader, read_capture_index
 

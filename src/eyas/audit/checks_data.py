@@ -11,6 +11,7 @@ import numpy as np
 
 from eyas.audit.check import Check, Hit, Systemic, register
 from eyas.audit.context import AuditContext
+from eyas.backends import registry
 
 
 @register
@@ -144,7 +145,8 @@ class LossyBackend(Check):
 
     def run(self, ctx: AuditContext, dataset: str, idx: np.ndarray) -> Iterator[Systemic]:
         lossy_run = bool((ctx.table.manifest.get("backend") or {}).get("lossy"))
-        hits = [int(i) for i in idx if lossy_run or ctx.table.backend[int(i)] == "openai_chat"]
+        lossy = {name: registry.lossy(name) for name in set(ctx.table.backend[int(i)] for i in idx)}
+        hits = [int(i) for i in idx if lossy_run or lossy[ctx.table.backend[int(i)]]]
         if hits:
             yield Systemic(
                 "error",

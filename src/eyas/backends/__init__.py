@@ -1,7 +1,6 @@
-"""The one engine layer: a registry of engines (`registry`), one backend object per engine
-(sglang, vllm, openai_chat (lossy, opt-in), local) and the one client policy every stage sends
-its requests through (`policy.ServerPool`), with failures classified by `reasons`."""
-
-from eyas.backends.base import Backend, BackendError, BackendSettings, Generation, GenRequest
-
-__all__ = ["Backend", "BackendError", "BackendSettings", "GenRequest", "Generation"]
+"""The one engine layer: a registry of engines (`registry`), one package per engine (`sglang`,
+`vllm`, `openai_chat` (lossy, opt-in), `local`: its backend, its options, its acceptance and
+server hooks, its conventions), the servers eyas starts (`server`), and the one client policy
+every stage sends its requests through (`policy.ServerPool`, configured by
+`server_config.ServerConfig`), with failures classified by `reasons`. Nothing here imports a
+stage: docs/architecture.md, "Layers"."""

@@ -66,23 +66,31 @@ class Progress:
 
 @dataclass(kw_only=True)
 class BackendSettings:
-    """Everything any engine's backend is built from; each takes what it needs."""
+    """What a stage tells any engine's backend about the run: the target, its tokens and
+    what the stage needs of it; each backend takes what it needs. What only one engine reads
+    is that engine's options (`eyas.backends.<engine>.options`, passed beside these)."""
 
     stop_token_ids: list[int] = field(default_factory=list)
     api_key: str | None = None
-    batch_size: int = 1  # sglang: prompts per /generate call
-    vllm_endpoint: str = "completions"  # completions | generate
-    served_model: str | None = None
-    model_dir: Path | None = None  # in-process engines
+    model_dir: Path | None = None  # engines that run the target in process
     pad_token_id: int = 0
     trust_remote_code: bool = False
-    device: str | None = None  # in-process: default cuda when available
+    device: str | None = None  # in process: default cuda when available
     capture_layers: list[int] | None = None  # HF hidden_states indices, the last pre-norm
-    encode_reply: Any = None  # openai_chat: reply message -> ids (the lossy step)
+    # an engine that answers in text: the reply message -> ids in the target's own format
+    # (a lossy step: the ids are re-tokenized, not sampled)
+    encode_reply: Any = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # the in-flight ceiling per server, set by the pool that builds the backend (an in-process
+    # engine batches up to it)
+    max_in_flight: int | None = None
 
 
 class Backend(Protocol):
+    """Built by `from_settings(settings, options, *, url, session)`: the run's
+    `BackendSettings`, the engine's own options model, its server's URL (None in process) and
+    the pool's HTTP session."""
+
     name: ClassVar[str]
     lossy: ClassVar[bool]
     remote: ClassVar[bool]  # served over HTTP: one backend per URL

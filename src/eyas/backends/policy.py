@@ -51,7 +51,7 @@ from eyas.backends.base import Backend, Progress
 from eyas.backends.reasons import BackendError
 
 if TYPE_CHECKING:
-    from eyas.config import ServerConfig
+    from eyas.backends.server_config import ServerConfig
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ class ClientPolicy:
     def from_config(
         cls, server: ServerConfig, *, concurrency: int, adaptive: bool = True
     ) -> ClientPolicy:
-        """From an `eyas.config.ServerConfig`: its settings, with `concurrency` when it sets
+        """From an `eyas.backends.server_config.ServerConfig`: its settings, with `concurrency` when it sets
         none; `adaptive=False` (an in-process engine) turns the adaptive limit off."""
         retry = server.retry
         return cls(
@@ -281,7 +281,7 @@ class ServerPool:
         adaptive: bool = True,
         new_backend: Callable[[str], Backend] | None = None,
     ) -> ServerPool:
-        """The pool an `eyas.config.ServerConfig` describes (the one way every command builds
+        """The pool an `eyas.backends.server_config.ServerConfig` describes (the one way every command builds
         its pool; see `ClientPolicy.from_config` for `concurrency` and `adaptive`)."""
         return cls(
             backends,

@@ -1,8 +1,8 @@
-"""One registry of engines: a name, the backend class that speaks to it, its default ceiling of
-requests in flight, and the hooks served evaluation and server start-up use. Adding an engine is
-one module (its backend class, with `from_settings`, `operations` and the operations it offers;
-for served evaluation an acceptance hook; for servers eyas starts, a servers hook) plus one line
-here (docs/architecture.md, "Adding an engine").
+"""One registry of engines: each engine's `Engine` entry, built in its own package (its
+options model, default ceiling of requests in flight, and how to reach its backend class, its
+acceptance hook and its server class). Adding an engine is one package plus one line here
+(docs/architecture.md, "Adding an engine"); every stage finds what it needs through these
+functions, never by an engine's name.
 
     async with open_pool("vllm", settings, cfg.server, operation="capture") as pool:
         states, attempts = await pool.call(lambda b: b.capture(sample_id, ids))
@@ -12,67 +12,33 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from eyas.backends.base import Backend, BackendSettings
-from eyas.backends.policy import ServerPool
-from eyas.backends.reasons import BackendError
+from eyas.backends import local, openai_chat, sglang, vllm
+from eyas.backends.engine import Engine, EngineOptions
 from eyas.errors import EyasError, RefusedError
 
 if TYPE_CHECKING:
-    from eyas.config import ServerConfig
-
-SERVED_EVALUATOR = "eyas.evaluate.served:evaluate_served"
-
-
-@dataclass(frozen=True)
-class Engine:
-    backend: str  # "module:Class"
-    default_concurrency: int  # the in-flight ceiling when the user sets none
-    # served `eyas eval`: "module:Class" counting the engine's speculative decoding (an
-    # `eyas.evaluate.served.Acceptance`); None: its servers cannot be evaluated
-    acceptance: str | None = None
-    # "module:Class" starting local servers for eval and capture when no --url is given
-    # (`for_eval`, `for_capture`, `can_start`, `flag`); None: the user runs the servers
-    servers: str | None = None
-    # "module:function" evaluating in its own way instead of through served evaluation
-    evaluator: str | None = None
-
+    from eyas.backends.base import Backend, BackendSettings
+    from eyas.backends.policy import ServerPool
+    from eyas.backends.server import EngineServer
+    from eyas.backends.server_config import ServerConfig
 
 ENGINES: dict[str, Engine] = {
-    # SGLang: one prompt per call by default (a batch is answered at its longest member);
-    # like vLLM, the adaptive limit finds what a given server sustains below this ceiling
-    "sglang": Engine(
-        "eyas.backends.sglang.client:SGLangBackend",
-        256,
-        acceptance="eyas.backends.sglang.acceptance:SGLangAcceptance",
-    ),
-    # vLLM schedules up to 256 sequences by default (measured on CPU: 512 in flight 1.7x
-    # faster than 64); the adaptive limit finds what a given server sustains below this
-    "vllm": Engine(
-        "eyas.backends.vllm.client:VLLMBackend",
-        256,
-        acceptance="eyas.backends.vllm.acceptance:VLLMAcceptance",
-        servers="eyas.backends.vllm.server:VLLMServers",
-    ),
-    "openai_chat": Engine("eyas.backends.openai_chat:OpenAIChatBackend", 256),
-    # prompts per in-process batch; `eyas eval --backend local` decodes offline, in process
-    "local": Engine(
-        "eyas.backends.local:LocalBackend", 16, evaluator="eyas.evaluate.offline:evaluate_offline"
-    ),
+    "sglang": sglang.ENGINE,
+    "vllm": vllm.ENGINE,
+    "openai_chat": openai_chat.ENGINE,
+    "local": local.ENGINE,
 }
-
-
-def _load(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def engine_names() -> list[str]:
     return sorted(ENGINES)
+
+
+def backend_class(name: str) -> type:
+    return ENGINES[name].backend()
 
 
 def engines_offering(operation: str) -> list[str]:
@@ -89,16 +55,44 @@ def check_engine(name: str, operation: str | None = None) -> str:
     return name
 
 
-def backend_class(name: str) -> type:
-    return _load(ENGINES[name].backend)
+def lossy(name: str) -> bool:
+    """Whether the engine's outputs are re-tokenized text (an unknown name: not known lossy)."""
+    return name in ENGINES and bool(backend_class(name).lossy)
+
+
+# -- options ------------------------------------------------------------------------------------
+
+
+def options_model(name: str) -> type[EngineOptions]:
+    """The options model of engine `name` (the `engine` table's schema for it)."""
+    check_engine(name)
+    return ENGINES[name].options
+
+
+def engine_options(name: str, value: Any = None) -> EngineOptions:
+    """`value` (a dict or options, or None: the defaults) validated as engine `name`'s options;
+    the `kind` is `name`."""
+    model = options_model(name)
+    if isinstance(value, model):
+        return value
+    data = value.model_dump(exclude_unset=True) if isinstance(value, EngineOptions) else value
+    data = dict(data or {})
+    if data.setdefault("kind", name) != name:
+        raise ValueError(f"options of engine {data['kind']!r} given for engine {name!r}")
+    return model.model_validate(data)
+
+
+def option_models() -> list[type[EngineOptions]]:
+    """Every registered engine's options model (the command line's `engine.*` flags)."""
+    return [ENGINES[n].options for n in engine_names()]
 
 
 # -- evaluation and servers eyas starts ---------------------------------------------------------
 
 
 def eval_engine_names() -> list[str]:
-    """The engines `eyas eval --backend` takes: served (an acceptance hook) or their own."""
-    return [n for n in engine_names() if ENGINES[n].acceptance or ENGINES[n].evaluator]
+    """The engines `eyas eval --backend` takes: served (an acceptance hook) or offline."""
+    return [n for n in engine_names() if ENGINES[n].acceptance or ENGINES[n].offline_eval]
 
 
 def check_eval_engine(name: str) -> str:
@@ -109,48 +103,54 @@ def check_eval_engine(name: str) -> str:
     return name
 
 
-def evaluator(name: str) -> Callable[..., dict]:
-    """`(cfg, prompts, log, *, follow_ups) -> result` for `eyas eval --backend name`."""
-    engine = ENGINES[name]
-    return _load(engine.evaluator or SERVED_EVALUATOR)
+def offline_eval(name: str) -> bool:
+    """Whether `eyas eval --backend name` is eyas's offline evaluation (in process)."""
+    return ENGINES[name].offline_eval
 
 
 def acceptance(name: str) -> Any:
     """The engine's acceptance hook (an instance), or a refusal when it has none."""
-    spec = ENGINES[name].acceptance
-    if spec is None:
+    hook = ENGINES[name].acceptance
+    if hook is None:
         raise EyasError("bad_flag", f"engine {name} reports no speculative-decoding counts")
-    return _load(spec)()
+    return hook()
 
 
-def servers(name: str) -> Any | None:
-    """The engine's hook that starts local servers (an instance), None when eyas cannot."""
-    spec = ENGINES[name].servers
-    return _load(spec)() if spec else None
+def server_class(name: str) -> type[EngineServer] | None:
+    """The engine's server class (servers eyas starts), None when eyas cannot start one."""
+    server = ENGINES[name].server
+    return server() if server is not None else None
 
 
-def can_start(name: str, cfg: Any) -> bool:
-    """Whether eyas can start `name`'s servers with the settings of `cfg`."""
-    hook = servers(name)
-    return hook is not None and hook.can_start(cfg)
+def can_start(name: str, options: EngineOptions) -> bool:
+    """Whether eyas can start `name`'s servers with these options."""
+    cls = server_class(name)
+    return cls is not None and cls.can_start(options)
 
 
 def start_flag(name: str) -> str | None:
-    """The option that lets eyas start the engine's servers (`--vllm-python`), if any."""
-    hook = servers(name)
-    return hook.flag if hook is not None else None
+    """The option that lets eyas start the engine's servers (`--engine-python`), if any."""
+    cls = server_class(name)
+    return cls.START_FLAG if cls is not None else None
+
+
+# -- a pool of an engine's servers --------------------------------------------------------------
 
 
 def build_backends(
-    name: str, settings: BackendSettings, urls: list[str], session=None
+    name: str,
+    settings: BackendSettings,
+    options: EngineOptions,
+    urls: list[str],
+    session: Any = None,
 ) -> list[Backend]:
     """One backend per URL for a served engine, one in-process backend otherwise."""
     cls = backend_class(name)
     if cls.remote:
         if not urls:
             raise EyasError("bad_flag", f"engine {name} needs at least one --url")
-        return [cls.from_settings(settings, url=u, session=session) for u in urls]
-    return [cls.from_settings(settings, url=None, session=None)]
+        return [cls.from_settings(settings, options, url=u, session=session) for u in urls]
+    return [cls.from_settings(settings, options, url=None, session=None)]
 
 
 @contextlib.asynccontextmanager
@@ -160,21 +160,30 @@ async def open_pool(
     server: ServerConfig,
     *,
     operation: str,
+    options: EngineOptions | None = None,
     concurrency: int | None = None,
 ) -> AsyncIterator[ServerPool]:
-    """A pool of `name`'s servers as `server` (an `eyas.config.ServerConfig`) describes them,
-    ready as soon as one serves (the others join when they answer; its `url_file` adds
-    servers while it runs), its HTTP session and backends closed on exit. `concurrency` is the
-    in-flight ceiling when `server` sets none (default: the engine's). No server ready within
+    """A pool of `name`'s servers as `server` (an `eyas.backends.server_config.ServerConfig`)
+    describes them, ready as soon as one serves (the others join when they answer; its
+    `url_file` adds servers while it runs), its HTTP session and backends closed on exit.
+    `options`: the engine's own (default: its defaults). `concurrency` is the in-flight ceiling
+    when `server` sets none (default: the engine's). No server ready within
     `server.ready_timeout_s` is a refusal (exit 1)."""
+    from eyas.backends.policy import ServerPool
+    from eyas.backends.reasons import BackendError
+
     try:
         check_engine(name, operation)
+        options = engine_options(name, options)
     except ValueError as exc:
         raise EyasError("bad_flag", str(exc)) from exc
     cls = backend_class(name)
     if server.url_file is not None and not cls.remote:
         raise EyasError("bad_flag", f"engine {name} runs in process: it takes no --url-file")
-    settings = dataclasses.replace(settings, api_key=server.api_key() or settings.api_key)
+    limit = server.concurrency or concurrency or ENGINES[name].default_concurrency
+    settings = dataclasses.replace(
+        settings, api_key=server.api_key() or settings.api_key, max_in_flight=limit
+    )
     session = None
     if cls.remote:
         import aiohttp
@@ -182,13 +191,17 @@ async def open_pool(
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
     try:
         remote_only_file = cls.remote and not server.urls and server.url_file is not None
-        backends = [] if remote_only_file else build_backends(name, settings, server.urls, session)
+        backends = (
+            []
+            if remote_only_file
+            else build_backends(name, settings, options, server.urls, session)
+        )
         pool = ServerPool.from_config(
             server,
             backends,
-            concurrency=concurrency or ENGINES[name].default_concurrency,
+            concurrency=limit,
             adaptive=cls.remote,  # an in-process engine's batch is its limit
-            new_backend=lambda url: cls.from_settings(settings, url=url, session=session),
+            new_backend=lambda url: cls.from_settings(settings, options, url=url, session=session),
         )
         try:
             try:
@@ -212,9 +225,13 @@ __all__ = [
     "check_engine",
     "check_eval_engine",
     "engine_names",
+    "engine_options",
     "eval_engine_names",
-    "evaluator",
+    "lossy",
+    "offline_eval",
     "open_pool",
-    "servers",
+    "option_models",
+    "options_model",
+    "server_class",
     "start_flag",
 ]

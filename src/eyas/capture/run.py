@@ -4,7 +4,7 @@ serves it.
     eyas capture --target /models/Kimi-K2.5 --data runs/k/generate --out runs/k/capture \\
         --backend vllm --url http://capture-host:8000
     eyas capture --target DIR --data runs/x/generate --out runs/x/capture \\
-        --backend vllm --vllm-python ~/.venvs/vllm/bin/python      # eyas starts the server
+        --backend vllm --engine-python ~/.venvs/vllm/bin/python    # eyas starts the server
     eyas capture --target DIR --data runs/x/generate --out runs/x/capture   # in process
 
 Each trainable sample (the store's rule, quarantine honoured) is prefilled once as
@@ -130,20 +130,38 @@ async def capture_one(pool: ServerPool, sample_id: str, ids: list[int], layers: 
 
 @contextlib.asynccontextmanager
 async def _pool(cfg: CaptureConfig, layers: list[int], target: TargetModel, log):
-    """The configured capture engine's pool: the user's servers, or one the engine's servers
-    hook starts (`registry.servers`: vLLM with `--vllm-python`)."""
+    """The configured capture engine's pool: the user's servers, or one that eyas starts with
+    the engine's options (`--engine-python`), writing the states of `layers` under
+    `--storage-dir` (default OUT/.incoming)."""
     settings = capture_settings(cfg.target, layers, cfg.trust_remote_code)
     server = cfg.server
-    if server.urls or server.url_file or not registry.can_start(cfg.backend, cfg):
-        async with open_pool(cfg.backend, settings, server, operation="capture") as pool:
+    if server.urls or server.url_file or not registry.can_start(cfg.backend, cfg.engine):
+        async with open_pool(
+            cfg.backend, settings, server, operation="capture", options=cfg.engine
+        ) as pool:
             yield pool
         return
-    hook = registry.servers(cfg.backend)
+    engine_server = registry.server_class(cfg.backend)
+    assert engine_server is not None  # can_start
+    storage = cfg.storage_dir or (cfg.out / ".incoming")
+    storage.mkdir(parents=True, exist_ok=True)
+    launch = engine_server.capture_launch(layers, storage)
     log(f"starting a {cfg.backend} capture server")
-    log_path = cfg.out / f"{cfg.backend}-server.log"
-    with hook.for_capture(cfg, layers=layers, target=target, log_path=log_path) as url:
+    with engine_server(
+        cfg.engine,
+        target,
+        dtype="float32" if cfg.dtype == "float32" else "auto",
+        args=launch.args,
+        env=launch.env,
+        log_path=cfg.out / f"{cfg.backend}-server.log",
+        ready_timeout_s=server.ready_timeout_s,
+    ) as started:
         async with open_pool(
-            cfg.backend, settings, server.serving([url]), operation="capture"
+            cfg.backend,
+            settings,
+            server.serving([started.url]),
+            operation="capture",
+            options=cfg.engine,
         ) as pool:
             yield pool
 

@@ -3,7 +3,7 @@
     eyas eval --target MODEL_DIR --drafter runs/x/drafter --input runs/x/prepare --k 3 \\
         [--temperature 0] [--max-new-tokens 256] [--limit 50] [--json eval.json]
     eyas eval ... --topk 4 --num-draft-tokens 8          # tree drafts (offline)
-    eyas eval ... --backend vllm --vllm-python PY         # inside vLLM (eyas starts the servers)
+    eyas eval ... --backend vllm --engine-python PY       # inside vLLM (eyas starts the servers)
     eyas eval ... --backend sglang --url http://h:30000 [--baseline-url http://b:30000]
     eyas eval --target DIR --drafter DIR --bench mt_bench,humaneval,bfcl_simple_python \\
         [--html card.html]                                # the model-card table
@@ -12,7 +12,7 @@ Offline (`local`) evaluation runs lossless speculative decoding with the target 
 drafter in this process, and at temperature 0 compares every output with the target's greedy
 decoding. Served backends read the engine's own acceptance counters and never load the target
 here: their lossless check compares with the same engine serving the target without a drafter
-(`--baseline-url`, or a server eyas starts with `--vllm-python`), run twice, and is off, with a
+(`--baseline-url`, or a server eyas starts with `--engine-python`), run twice, and is off, with a
 note in the result, without one (`eyas.evaluate.served`). A failed check makes `lossless`
 false (exit 1). Settings are reported with every number.
 
@@ -66,11 +66,15 @@ def _dispatch(
     """Every round of `prompts` through the configured evaluator (`renderers`: dataset -> the
     renderer of its mode, else the target's default); the result carries the follow-up
     provenance (`follow_ups`) and the settings, the outputs stay out of it. The evaluator
-    returns the documented dict (an engine may bring its own); it is read into `EvalRun` here."""
+    returns the documented dict; it is read into `EvalRun` here."""
     follow = _FollowUps(cfg, prompts, renderers or {}, log)
-    from eyas.backends.registry import evaluator
+    from eyas.backends.registry import offline_eval
 
-    evaluate = evaluator(cfg.backend)  # offline (local) or served, as the engine's entry says
+    # offline (in process) or served, as the engine's entry says
+    if offline_eval(cfg.backend):
+        from eyas.evaluate.offline import evaluate_offline as evaluate
+    else:
+        from eyas.evaluate.served import evaluate_served as evaluate
     result = evaluate(cfg, prompts, log, follow_ups=follow if follow.active else None)
     result.pop("outputs", None)  # every prompt's ids: what the rounds need, not the report
     result["follow_ups"] = follow.describe(result.pop("rounds", None) or [len(prompts)])

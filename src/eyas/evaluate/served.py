@@ -2,15 +2,16 @@
 client policy (`eyas.backends`): the target is never loaded in this process.
 
     eyas eval ... --backend vllm --url http://spec:8000 --baseline-url http://base:8000
-    eyas eval ... --backend vllm --vllm-python PY            # eyas starts both servers
+    eyas eval ... --backend vllm --engine-python PY          # eyas starts both servers
     eyas eval ... --backend sglang --url http://spec:30000 --baseline-url http://base:30000
 
 One evaluator serves every engine of the registry (`eyas.backends.registry`) that has an
 acceptance hook (`Acceptance`): the engine says how it counts speculative decoding, this module
 runs the prompts, the rounds and the lossless check the same way for all.
 
-- vLLM (`eyas.backends.vllm.acceptance`): the target runs with `--speculative-config` (built
-  by `eyas.backends.vllm.server` when eyas starts it, asked of the drafter's method);
+- vLLM (`eyas.backends.vllm.acceptance`): the target runs with `--speculative-config` (when
+  eyas starts it: the drafter's method's config, `eyas.export.serving`, made flags by
+  `VLLMServer.drafter_launch`);
   acceptance comes from vLLM's own counters on `/metrics`, read through the pool before and
   after each dataset of each round, the differences summed.
 - SGLang (`eyas.backends.sglang.acceptance`): token-id prompts to `/generate`; each finished
@@ -23,7 +24,7 @@ servers stay up for all rounds; every figure is summed over them per dataset.
 
 **Lossless check** (temperature 0). The served outputs are compared with the same engine
 serving the target without a drafter (a baseline server: `--baseline-url`, or one eyas starts
-where the engine can, `--vllm-python`), run twice on the same prompts, round by round (a later
+where the engine can, `--engine-python`), run twice on the same prompts, round by round (a later
 turn is asked after the speculative run's answer, so both sides answer the same prompt). Per
 prompt the result gives the first divergence and the share of the baseline's tokens reproduced;
 the check fails only when more prompts diverge from the baseline than diverge between the two
@@ -104,30 +105,42 @@ def _own_log_dir() -> Path:
 
 @contextlib.contextmanager
 def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
-    """The URLs of the servers with the drafter (or the baseline): the user's, or servers the
-    engine's hook starts (`registry.servers`)."""
+    """The URLs of the servers with the drafter (or the baseline): the user's, or one that eyas
+    starts with the engine's options (its server class, `registry.server_class`). On a machine
+    without a CUDA GPU it serves in float32, the precision offline evaluation uses."""
     given = cfg.server.urls if drafter else cfg.baseline_urls
     if given or (drafter and cfg.server.url_file is not None):  # servers also join from the file
         yield given
         return
-    if not registry.can_start(cfg.backend, cfg):
+    engine_server = registry.server_class(cfg.backend)
+    if engine_server is None or not engine_server.can_start(cfg.engine):
         flag = registry.start_flag(cfg.backend)
         raise EyasError(
             "bad_flag",
             "a baseline needs --baseline-url"
             + (f" (or, for {cfg.backend}, {flag})" if flag else ""),
         )
-    hook = registry.servers(cfg.backend)
+    from eyas.backends.server import gpu_present
+    from eyas.export.serving import speculative_config
+    from eyas.hf_models import target_model
+
+    dtype = "auto" if gpu_present() else "float32"
+    args: list[str] = []
+    if drafter:
+        spec = speculative_config(cfg.backend, cfg.drafter, cfg.target, cfg.k, scratch)
+        args = engine_server.drafter_launch(spec, dtype)
     log(f"starting {cfg.backend} ({'with the drafter' if drafter else 'baseline, no drafter'})")
     name = "spec" if drafter else "base"
     log_path = _log_dir(cfg) / f"{cfg.backend}-{name}.log"
-    with hook.for_eval(cfg, drafter=drafter, scratch=scratch, log_path=log_path) as url:
-        yield [url]
+    with engine_server(
+        cfg.engine, target_model(cfg.target), dtype=dtype, args=args, log_path=log_path
+    ) as server:
+        yield [server.url]
 
 
 def _baseline_runs(cfg: EvalConfig) -> tuple[int, str | None]:
     """(baseline runs to make, why the lossless check is off)."""
-    available = bool(cfg.baseline_urls) or registry.can_start(cfg.backend, cfg)
+    available = bool(cfg.baseline_urls) or registry.can_start(cfg.backend, cfg.engine)
     flag = registry.start_flag(cfg.backend)
     if cfg.baseline and not available:
         raise EyasError(
@@ -191,6 +204,7 @@ async def _served_run(
         _settings(cfg),
         server,
         operation="generate",
+        options=cfg.engine,
         # default: every prompt of a dataset in flight at once (the batch the figures are
         # measured at)
         concurrency=max(1, in_flight),

@@ -22,7 +22,7 @@ from typing import Any
 from eyas import __version__
 from eyas.backends.base import BackendSettings
 from eyas.backends.registry import open_pool
-from eyas.config import BackendConfig, PipelineConfig
+from eyas.config import PipelineConfig
 from eyas.generate.engine import Engine
 from eyas.generate.jobs import load_jobs, plans
 from eyas.generate.multiturn import make_multi_turn
@@ -48,22 +48,19 @@ def _conversation_ids(stage_dir) -> set[str]:
 
 
 def generation_settings(
-    cfg: BackendConfig, renderer: Renderer, model_dir, trust_remote_code: bool = False
+    renderer: Renderer, model_dir, trust_remote_code: bool = False, api_key: str | None = None
 ) -> BackendSettings:
-    """What any engine's backend needs to generate for this target."""
+    """What any engine's backend needs to generate for this target (the engine's own options
+    travel beside it)."""
     thinking = renderer.thinking is not False
 
     def encode_reply(message: dict) -> list[int]:
-        # openai_chat's lossy step: the reply's text re-serialised in the model's own format
+        # an engine that answers in text: the reply re-serialised in the model's own format
         return renderer.encode(renderer.model_format.completion_text(message, thinking))
 
     return BackendSettings(
         stop_token_ids=renderer.stop_token_ids(),
-        api_key=cfg.api_key(),
-        # sglang: prompts per call; local: prompts per batch (its in-flight limit)
-        batch_size=cfg.batch_size if cfg.kind != "local" else cfg.concurrency,
-        vllm_endpoint=cfg.vllm_endpoint,
-        served_model=cfg.served_model,
+        api_key=api_key,
         model_dir=model_dir,
         pad_token_id=renderer.tokenizer.pad_token_id or 0,
         trust_remote_code=trust_remote_code,
@@ -97,9 +94,11 @@ async def _generate(cfg: PipelineConfig, renderer: Renderer, show_progress: bool
     jobs, skipped = load_jobs(cfg, renderer, _conversation_ids(out))
     started = time.time()
     settings = generation_settings(
-        cfg.backend, renderer, cfg.model.dir, cfg.model.trust_remote_code
+        renderer, cfg.model.dir, cfg.model.trust_remote_code, cfg.backend.api_key()
     )
-    async with open_pool(cfg.backend.kind, settings, cfg.backend, operation="generate") as pool:
+    async with open_pool(
+        cfg.backend.kind, settings, cfg.backend, operation="generate", options=cfg.engine
+    ) as pool:
         record = start_job(out, job_id, _static(cfg, renderer, pool))
         writer = ShardWriter(out, cfg.generate.shard_size, job_id=job_id)
         with (
@@ -151,6 +150,7 @@ def _static(cfg: PipelineConfig, renderer: Renderer, pool) -> dict[str, Any]:
             "servers": pool.info,
             "client": pool.describe(),
             **cfg.backend.model_dump(mode="json", exclude={"api_key_env"}),
+            "engine": cfg.engine.model_dump(mode="json"),
         },
         "render": renderer.describe(),
         "sampling": {

@@ -147,7 +147,7 @@ MAX_EXTRA_ROUNDS = 6
 
 
 def _generate(model, renderer: Renderer, prompts: list[list[int]]) -> list:
-    from eyas.backends.hf_generate import generate_batch
+    from eyas.backends.local.hf_generate import generate_batch
 
     stop = renderer.stop_token_ids()
     pad = renderer.tokenizer.pad_token_id

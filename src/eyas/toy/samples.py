@@ -31,7 +31,7 @@ def reference_sample(
         matched_stop=output[-1],
         messages=messages,
         tools=tools,
-        backend="sglang",
+        backend="reference",  # rendered by the template, not sampled by an engine
         sampling={"temperature": 0.0, "max_new_tokens": 512},
         turn=turn,
     )

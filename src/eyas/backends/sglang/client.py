@@ -29,6 +29,7 @@ from eyas.backends.base import (
 )
 from eyas.backends.reasons import TRANSPORT_ERRORS, status_reason
 from eyas.backends.sglang.conventions import HEALTH_PATH, SPEC_META_KEYS
+from eyas.backends.sglang.options import SGLangOptions
 
 
 def sglang_payload(request: GenRequest, stop_token_ids: list[int]) -> dict[str, Any]:
@@ -128,8 +129,10 @@ class SGLangBackend:
         self._tasks: set[asyncio.Task] = set()
 
     @classmethod
-    def from_settings(cls, settings: BackendSettings, *, url, session) -> SGLangBackend:
-        return cls(url, session, settings.stop_token_ids, settings.api_key, settings.batch_size)
+    def from_settings(
+        cls, settings: BackendSettings, options: SGLangOptions, *, url, session
+    ) -> SGLangBackend:
+        return cls(url, session, settings.stop_token_ids, settings.api_key, options.batch_size)
 
     async def _post(self, payload: bytes) -> bytes:
         return await post_bytes(self.session, self.url + "/generate", payload, self.headers)

@@ -1,8 +1,9 @@
-"""Hidden-state capture through vLLM: the capture flags (`server_args("capture", ...)` in
-`eyas.backends.vllm.server` adds them to the common ones), and reading the files it writes.
+"""Hidden-state capture through vLLM: the capture flags and environment
+(`VLLMServer.capture_launch` adds them to a server eyas starts), and reading the files it
+writes.
 
 The server runs the `extract_hidden_states` speculative method with eyas's KV connector
-(`eyas/capture/vllm_plugin/eyas_hidden_states.py`, a standalone file the server imports from
+(`eyas/backends/vllm/plugin/eyas_hidden_states.py`, a standalone file the server imports from
 its PYTHONPATH). Each finished request's `kv_transfer_params.hidden_states_path` names a
 safetensors file with `hidden_states` [T, L, H] and `token_ids` [T]; the connector holds
 `LOCK_EX` on `path.lock` until the write ends (vLLM's `ExampleHiddenStatesConnector`).
@@ -24,7 +25,7 @@ from eyas.backends.reasons import BackendError
 if TYPE_CHECKING:
     import torch
 
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "capture" / "vllm_plugin"
+PLUGIN_DIR = Path(__file__).resolve().parent / "plugin"
 CONNECTOR = {
     "kv_connector": "EyasHiddenStatesConnector",
     "kv_connector_module_path": "eyas_hidden_states",

@@ -4,8 +4,7 @@ speculative-decoding counters and the server's progress, from one backend object
 Generation: `/v1/completions` with a token-id `prompt` and `return_token_ids: true` (the
 returned `prompt_token_ids` must equal what was sent), or `/inference/v1/generate` (needs the
 server flag `--enable-scale-out`, else HTTP 403). Capture: the full sequence as the prompt and
-one new token, on a server started with `server_args("capture", ...)`
-(`eyas.backends.vllm.server`).
+one new token, on a server started for capture (`VLLMServer.capture_launch`).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from eyas.backends.vllm.conventions import (
     parse_progress,
     parse_spec_metrics,
 )
+from eyas.backends.vllm.options import VLLMOptions
 
 if TYPE_CHECKING:
     import torch
@@ -91,14 +91,16 @@ class VLLMBackend:
         self.headers = json_headers(api_key)
 
     @classmethod
-    def from_settings(cls, settings: BackendSettings, *, url, session) -> VLLMBackend:
+    def from_settings(
+        cls, settings: BackendSettings, options: VLLMOptions, *, url, session
+    ) -> VLLMBackend:
         return cls(
             url,
             session,
             settings.stop_token_ids,
             settings.api_key,
-            settings.vllm_endpoint,
-            settings.served_model,
+            options.endpoint,
+            options.served_model,
         )
 
     async def _post(self, path: str, payload: dict) -> dict:

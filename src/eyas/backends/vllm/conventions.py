@@ -104,6 +104,42 @@ WORK_COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
 BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
+# -- starting a server ------------------------------------------------------------------------
+# The server runs as a module: the `vllm` console script looks up a distribution named `vllm`,
+# which the CPU wheel is not.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# `vllm/engine/arg_utils.py` `EngineArgs.add_cli_args`: the flags eyas sets from the engine's
+# options ("-tp" and "-dp" are the parallel sizes' short names there)
+TENSOR_PARALLEL_FLAGS = ("--tensor-parallel-size", "-tp")
+DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
+MAX_MODEL_LEN_FLAG = "--max-model-len"
+EAGER_FLAG = "--enforce-eager"
+DTYPE_FLAG = "--dtype"
+SPECULATIVE_CONFIG_FLAG = "--speculative-config"
+# Log lines after which a server cannot serve, with eyas's reason code. torch raises "CUDA out
+# of memory" (`torch.OutOfMemoryError`); vLLM refuses a KV cache that cannot hold one sequence
+# of `--max-model-len` (`vllm/v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: "No
+# available memory for the cache blocks", "... larger than the available KV cache memory") and
+# more GPUs than the node has (`vllm/config/parallel.py` `ParallelConfig.__post_init__`: "World
+# size (N) is larger than the number of available GPUs"); a RuntimeError naming CUDA is any
+# other CUDA failure (as datatrove's `vllm_server.py` reads it).
+FATAL_LOG_LINES = (
+    (r"CUDA out of memory|OutOfMemoryError", "server_oom"),
+    (
+        r"No available memory for the cache blocks|larger than the available KV cache memory",
+        "kv_cache_too_small",
+    ),
+    (r"is larger than the number of available GPUs", "not_enough_gpus"),
+    (r"RuntimeError.*CUDA|CUDA error", "server_cuda_error"),
+)
+# `vllm/model_executor/models/registry.py`: both names load `deepseek_eagle3`'s MLA drafter
+EAGLE3_MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", EAGLE3_MLA_ARCHITECTURE)
+
+
+def is_mla_drafter(config: dict[str, Any]) -> bool:
+    """Whether vLLM loads a drafter `config.json` as an MLA drafter."""
+    return any(a in EAGLE3_MLA_ARCHITECTURES for a in config.get("architectures") or [])
+
 
 def to_vllm_layer_ids(hf_ids: list[int]) -> list[int]:
     return [int(i) - LAYER_ID_OFFSET for i in hf_ids]

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from eyas.backends.base import BackendError, BackendSettings, Generation, GenRequest, Progress
+from eyas.backends.local.options import LocalOptions
 from eyas.hf_models import load_frozen_lm
 
 
 def generate_batch(*args: Any, **kwargs: Any) -> Any:
     """`hf_generate.generate_batch`, imported on first use (torch loads with it, not at the
     CLI's start)."""
-    from eyas.backends.hf_generate import generate_batch as run
+    from eyas.backends.local.hf_generate import generate_batch as run
 
     return run(*args, **kwargs)
 
@@ -59,14 +60,16 @@ class LocalBackend:
         self._pre_norm: list | None = None
 
     @classmethod
-    def from_settings(cls, settings: BackendSettings, *, url, session) -> LocalBackend:
+    def from_settings(
+        cls, settings: BackendSettings, options: LocalOptions, *, url, session
+    ) -> LocalBackend:
         if settings.model_dir is None:
             raise ValueError("the local engine needs settings.model_dir")
         return cls(
             settings.model_dir,
             settings.stop_token_ids,
             settings.pad_token_id,
-            settings.batch_size,
+            settings.max_in_flight or 16,
             settings.device,
             settings.trust_remote_code,
             settings.capture_layers,

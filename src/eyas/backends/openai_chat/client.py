@@ -24,6 +24,7 @@ from eyas.backends.base import (
     post_bytes,
     wait_http_ready,
 )
+from eyas.backends.openai_chat.options import OpenAIChatOptions
 
 
 class OpenAIChatBackend:
@@ -49,14 +50,16 @@ class OpenAIChatBackend:
         self.headers = json_headers(api_key)
 
     @classmethod
-    def from_settings(cls, settings: BackendSettings, *, url, session) -> OpenAIChatBackend:
+    def from_settings(
+        cls, settings: BackendSettings, options: OpenAIChatOptions, *, url, session
+    ) -> OpenAIChatBackend:
         if settings.encode_reply is None:
             raise ValueError("the openai_chat engine needs settings.encode_reply")
         return cls(
             url,
             session,
             settings.encode_reply,
-            settings.served_model,
+            options.served_model,
             settings.api_key,
             settings.template_kwargs,
         )
