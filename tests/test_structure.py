@@ -1,6 +1,10 @@
-"""Structural rules: family knowledge only in eyas.formats; shards by sha256 that hold across
-processes; flags generated from the config schema, overriding their keys."""
+"""Structural rules: imports run down the layers of docs/architecture.md and never in a circle;
+engines are named only in eyas.backends; family knowledge only in eyas.formats; shards by
+sha256 that hold across processes; flags generated from the config schema, overriding their
+keys."""
 
+import ast
+import fnmatch
 import re
 import subprocess
 import sys
@@ -14,6 +18,259 @@ from eyas.formats import MODEL_FORMATS
 from eyas.jobs import shard_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "eyas"
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+# -- imports: down the layers, no circle ---------------------------------------------------------
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Every module of the package at `src` by dotted name (a package by its own name)."""
+    out = {}
+    for path in src.rglob("*.py"):
+        parts = [src.name, *path.relative_to(src).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(src: Path) -> dict[str, dict[str, int]]:
+    """module -> {module of the package it imports: line}: every import statement, at the top,
+    in a function or under TYPE_CHECKING; `from a import b` names module `a.b` when it is one."""
+    mods = modules(src)
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] == src.name and (hit := known(target)) and hit != name:
+                    found.setdefault(hit, node.lineno)
+        graph[name] = found
+    return graph
+
+
+def read_layers(doc: Path) -> dict[str, int]:
+    """The module prefixes of the doc's "Layers" table, each with its layer number."""
+    section = doc.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = {}
+    for line in section.splitlines():
+        if m := re.match(r"\|\s*(\d+)\s*\|([^|]*)\|", line):
+            for prefix in re.findall(r"`([\w.]+)`", m.group(2)):
+                layers[prefix] = int(m.group(1))
+    return layers
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int | None:
+    """The layer of the longest listed prefix (the bare package name only for itself)."""
+    best = None
+    for prefix, layer in layers.items():
+        nested = "." in prefix and module.startswith(prefix + ".")
+        if (module == prefix or nested) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, layer)
+    return best[1] if best else None
+
+
+def upward(graph: dict[str, dict[str, int]], layers: dict[str, int]) -> list[str]:
+    return [
+        f"{a} (layer {layer_of(a, layers)}) imports {b} (layer {layer_of(b, layers)}), line {n}"
+        for a, targets in sorted(graph.items())
+        for b, n in sorted(targets.items())
+        if layer_of(b, layers) > layer_of(a, layers)
+    ]
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_layer_and_none_imports_upward():
+    layers = read_layers(ARCHITECTURE)
+    graph = imports(SRC)
+    assert [m for m in graph if layer_of(m, layers) is None] == []
+    assert upward(graph, layers) == []
+
+
+def test_no_import_circle():
+    assert circles(imports(SRC)) == []
+
+
+def test_the_import_rules_catch_what_they_forbid(tmp_path):
+    """The readers above on a package with one upward import (a lazy one, in a function) and one
+    circle (a relative import and one under TYPE_CHECKING)."""
+    pkg = tmp_path / "pkg"
+    for rel, text in {
+        "__init__.py": "",
+        "low.py": "def f():\n    from pkg.high import g\n",
+        "high.py": "from pkg import a\n",
+        "a/__init__.py": "",
+        "a/x.py": "from .y import z\n",
+        "a/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a.x import q\n",
+    }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    layers = {"pkg": 1, "pkg.low": 1, "pkg.a": 1, "pkg.high": 2}
+    graph = imports(pkg)
+    assert upward(graph, layers) == ["pkg.low (layer 1) imports pkg.high (layer 2), line 2"]
+    assert circles(graph) == [["pkg.a.x", "pkg.a.y"]]
+    assert layer_of("pkg.a.x", layers) == 1 and layer_of("pkgx", layers) is None
+
+
+# -- engines are named in eyas.backends only -----------------------------------------------------
+
+# Until export layouts are registered per (method, engine), they name the engine they are for
+# (docs/architecture.md, "Layers"): these files, and these names in these files.
+LAYOUTS = ("export/*.py", "drafter/*method.py", "drafter/*/method.py", "drafter/*/export*.py")
+LAYOUT_FILES = {"drafter/rope.py"}  # each engine's reading of a YaRN config
+NAMES_ALLOWED = {
+    "config.py": {"'sglang'", "'vllm'"},  # ExportFormat: the layouts export writes
+    "evaluate/result.py": {"sglang_accept_length"},  # SGLang's own figure, under its name
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the nodes that are docstrings (prose, like comments)."""
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        value = first.value if isinstance(first, ast.Expr) else None
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            out.add(id(value))
+    return out
+
+
+def engine_names_in(text: str, engines: list[str]) -> list[tuple[int, str]]:
+    """(line, what) for each place the code names an engine: an identifier with the name as a
+    word, a string that is exactly the name, an import of the engine's package."""
+    word = re.compile(rf"(?:^|_)({'|'.join(engines)})(?:_|$)", re.I)
+    tree = ast.parse(text)
+    prose = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            if node.value.lower() in engines:
+                names.append(repr(node.value))
+        elif isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+            names.append(node.arg)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            names += [p for m in modules for p in m.split(".")]
+            names += [a.asname for a in node.names if a.asname]
+        for name in names:
+            if name.startswith("'") or word.search(name):
+                found.append((node.lineno, name))
+    return sorted(set(found))
+
+
+def _served_engines() -> list[str]:
+    from eyas.backends import registry
+
+    return [n for n in registry.engine_names() if registry.backend_class(n).remote]
+
+
+def test_no_code_outside_the_engine_layer_names_an_engine():
+    engines = _served_engines()
+    assert {"vllm", "sglang", "openai_chat"} <= set(engines)
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.split("/")[0] in ("backends", "testing") or rel in LAYOUT_FILES:
+            continue
+        if any(fnmatch.fnmatch(rel, pattern) for pattern in LAYOUTS):
+            continue
+        allowed = NAMES_ALLOWED.get(rel, set())
+        for line, name in engine_names_in(path.read_text(), engines):
+            if name not in allowed:
+                offenders.append(f"{rel}:{line}: {name}")
+    assert offenders == []
+
+
+def test_the_engine_name_rule_catches_code_and_spares_prose():
+    code = (
+        '"""Serves vllm."""\n'
+        "import eyas.backends.vllm.client\n"
+        "def start(vllm_python, backend):\n"
+        '    """Start vllm."""\n'
+        '    if backend == "sglang":  # vllm in a comment\n'
+        '        raise ValueError("start sglang yourself")\n'
+        "    return cfg.vllm_endpoint\n"
+    )
+    found = engine_names_in(code, ["vllm", "sglang"])
+    assert found == [(2, "vllm"), (3, "vllm_python"), (5, "'sglang'"), (7, "vllm_endpoint")]
+
+
+def test_no_module_is_loaded_from_a_string():
+    """Registries import what they list (an IDE and a reader follow them): no
+    `importlib.import_module` / `__import__`, no `"module:Class"` spec."""
+    spec = re.compile(r"^eyas(\.\w+)+:\w+$")
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "import_module":
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: import_module")
+            elif isinstance(node, ast.Name) and node.id == "__import__":
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: __import__")
+            elif isinstance(node, ast.Constant) and spec.match(str(node.value)):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {node.value}")
+    assert offenders == []
+
+
+# -- family knowledge ---------------------------------------------------------------------------
 
 
 def test_no_module_outside_formats_branches_on_a_family_name():
@@ -67,10 +324,10 @@ def test_flags_override_the_file_and_defaults_live_in_the_schema(tmp_path):
     cfg = build_config(
         PipelineConfig,
         tmp_path / "p.toml",
-        {"backend.concurrency": 32, "backend.batch_size": 4, "generate.out": Path("out")},
+        {"backend.concurrency": 32, "engine.batch_size": 4, "generate.out": Path("out")},
         ["backend.timeout_s=9"],
     )
-    assert cfg.backend.concurrency == 32 and cfg.backend.batch_size == 4  # flags win
+    assert cfg.backend.concurrency == 32 and cfg.engine.batch_size == 4  # flags win
     assert cfg.backend.timeout_s == 9 and cfg.model.dir == tmp_path / "m"
     assert cfg.generate_out == Path("out")  # a flag's relative path: the working directory
     assert cfg.generate.max_new_tokens == GenerateConfig.model_fields["max_new_tokens"].default
@@ -94,7 +351,7 @@ def test_cli_defaults_come_from_the_schema():
     default_ttt = TrainConfig.model_fields["ttt"].default
     assert f"[ttt; default {default_ttt}]" in text
     generate = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "300"}).output
-    from eyas.config import BackendConfig
+    from eyas.backends.sglang.options import SGLangOptions
 
-    batch = BackendConfig.model_fields["batch_size"].default
-    assert f"[backend.batch_size; default {batch}]" in generate and "--url" in generate
+    batch = SGLangOptions.model_fields["batch_size"].default  # an engine's own option
+    assert f"[engine.batch_size; default {batch}]" in generate and "--url" in generate
