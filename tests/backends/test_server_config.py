@@ -199,3 +199,50 @@ def test_eval_asks_its_baseline_servers_with_the_same_settings(
     assert [s.backend.url for s in pool.servers] == [base] and pool.url_file is None
     p = pool.policy
     assert (p.timeout_s, p.max_attempts, p.concurrency, p.adaptive) == (3.0, 2, 6, False)
+
+
+def test_engine_options_written_before_still_load(tmp_path, toy_tiny, toy_samples):
+    """What only one engine reads moved into its own options (`engine.*`); the old keys and
+    `--vllm-python` still load, as those options."""
+    from eyas.backends.sglang.options import SGLangOptions
+    from eyas.backends.vllm.options import VLLMOptions
+
+    toml = tmp_path / "p.toml"
+    toml.write_text(
+        '[model]\ndir = "m"\n[backend]\nkind = "vllm"\nurls = ["http://a:1"]\n'
+        'vllm_endpoint = "generate"\nserved_model = "kimi"\nbatch_size = 1\n'
+    )
+    cfg = build_config(PipelineConfig, toml)
+    assert cfg.engine == VLLMOptions(endpoint="generate", served_model="kimi")
+    assert "vllm_endpoint" not in cfg.backend.model_dump()
+    sglang = build_config(
+        PipelineConfig, None, {"model.dir": "m", "backend.kind": "sglang", "backend.urls": [URL]},
+        ["backend.batch_size=4"],
+    )  # fmt: skip
+    assert sglang.engine == SGLangOptions(batch_size=4)
+    # an old key the engine has no option for: ignored at its old default, refused otherwise
+    with pytest.raises(ValueError, match=r"backend\.batch_size is not an option of engine 'vllm'"):
+        build_config(PipelineConfig, toml, None, ["backend.batch_size=8"])
+    with pytest.raises(ValueError, match=r"the old name of engine\.endpoint: give one"):
+        build_config(PipelineConfig, toml, None, ["engine.endpoint=completions"])
+
+    py = tmp_path / "python"
+    py.write_text("")
+    old = {"target": toy_tiny, "drafter": tmp_path, "input": toy_samples, "backend": "vllm"}
+    ev = EvalConfig(**old, vllm_python=py)
+    assert ev.engine.python == py and isinstance(ev.engine, VLLMOptions)
+    cap = toml.with_name("cap.toml")  # an old capture config file: the path is the file's
+    cap.write_text(
+        f'target = "{toy_tiny}"\ndata = "{toy_samples}"\nout = "o"\nbackend = "vllm"\n'
+        'vllm_python = "python"\n'
+    )
+    assert build_config(CaptureConfig, cap).engine.python == py
+    res = CliRunner().invoke(
+        app,
+        [
+            *("eval", "--target", str(toy_tiny), "--drafter", str(tmp_path)),
+            *("--input", str(toy_samples), "--backend", "sglang", "--vllm-python", str(py)),
+        ],
+    )  # eyas starts no SGLang servers: one error line, no traceback
+    assert res.exit_code == 2 and "not an option of this engine" in res.output, res.output
+    assert "Traceback" not in res.output

@@ -1,6 +1,6 @@
 """`eyas eval --backend vllm`: a trained toy drafter measured inside the real vLLM on CPU
 agrees with offline evaluation, and the served decoding is lossless against the baseline
-server (no target in this process)."""
+server (no target in this process); the servers eyas starts get the user's extra arguments."""
 
 import json
 
@@ -41,8 +41,9 @@ def test_served_acceptance_agrees_with_offline(
             *common,
             "--backend",
             "vllm",
-            "--vllm-python",
+            "--engine-python",
             str(vllm_python),
+            "--engine-arg=--max-num-seqs=64",  # reaches both servers verbatim
             "--baseline",
             "--json",
             str(tmp_path / "srv.json"),
@@ -59,3 +60,14 @@ def test_served_acceptance_agrees_with_offline(
     assert srv["verify_steps"] > 0 and sum(srv["histogram"]) == srv["verify_steps"]
     assert abs(srv["acceptance_length"] - off["acceptance_length"]) <= 0.25, (srv, off)
     assert srv["throughput"]["speedup"] > 0
+    # the servers eyas started, as vLLM read their command lines (its "non-default args"
+    # line): on CPU eager, the target's whole context, the user's flag
+    for name in ("vllm-spec.log", "vllm-base.log"):
+        line = next(
+            x for x in (tmp_path / name).read_text().splitlines() if "non-default args" in x
+        )
+        assert "'enforce_eager': True" in line and "'max_num_seqs': 64" in line, line
+        assert "'max_model_len': 4096" in line, line
+    assert "speculative_config" in next(
+        x for x in (tmp_path / "vllm-spec.log").read_text().splitlines() if "non-default args" in x
+    )
