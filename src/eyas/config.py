@@ -24,6 +24,7 @@ from pydantic_core import core_schema
 
 from eyas.drafter.dflash.options import DFlashOptions
 from eyas.drafter.eagle3.options import Eagle3Options
+from eyas.drafter.peagle.options import PEagleOptions
 from eyas.errors import EyasError
 
 
@@ -453,7 +454,7 @@ def _drafter_method(value: str) -> str:
 
 # Each drafter method's own options (its package's `options` module): `TrainConfig` has their
 # fields and `eyas train` a flag per field. A new method adds its model here.
-METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions)
+METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions, PEagleOptions)
 
 
 def method_option_keys() -> tuple[str, ...]:
@@ -579,8 +580,8 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     )
     method: str = Field(
         "eagle3",
-        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output) "
-        "or dflash",
+        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output), "
+        "dflash or peagle (P-EAGLE: EAGLE-3 drafting all positions in one forward)",
     )
     draft_layers: int | None = Field(
         None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"

@@ -7,12 +7,14 @@ from typing import Any
 from eyas.drafter.dflash import DFlashMethod
 from eyas.drafter.eagle3 import Eagle3Method
 from eyas.drafter.method import DrafterLoadError, DraftMethod
+from eyas.drafter.peagle import PEagleMethod
 from eyas.errors import EyasError
 
 METHODS: dict[str, DraftMethod] = {
     "eagle3": Eagle3Method("eagle3", v31=False),
     "eagle3.1": Eagle3Method("eagle3.1", v31=True),
     "dflash": DFlashMethod(),
+    "peagle": PEagleMethod(),
 }
 
 
