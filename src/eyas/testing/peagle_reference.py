@@ -314,9 +314,7 @@ def compare(ours: list[dict], theirs: list[dict]) -> dict:
     }
 
 
-def run(
-    setup: Setup, work: Path, spec_python: Path, defects: tuple[str, ...] = ()
-) -> dict:
+def run(setup: Setup, work: Path, spec_python: Path, defects: tuple[str, ...] = ()) -> dict:
     """The comparison, and with `defects` the first step of each planted bug against the same
     peer figures."""
     work.mkdir(parents=True, exist_ok=True)

@@ -140,9 +140,7 @@ def read_config(cfg: dict) -> PEagleConfig:
         rope_theta=theta,
         rope_scaling=scaling,
         head_dim=layer.get("head_dim") or hidden // heads,
-        norm_before_residual=bool(
-            cfg.get("norm_before_residual", NORM_BEFORE_RESIDUAL_DEFAULT)
-        ),
+        norm_before_residual=bool(cfg.get("norm_before_residual", NORM_BEFORE_RESIDUAL_DEFAULT)),
         mask_token_id=int(cfg[MASK_KEY]),
         depths=max(2, int(proposals[0].get("speculative_tokens") or 8)),
     )

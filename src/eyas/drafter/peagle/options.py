@@ -28,8 +28,7 @@ class PEagleOptions(BaseModel):
     peagle_max_anchors: int | None = Field(
         512,
         ge=1,
-        description="peagle: supervised positions per sequence that seed depths >= 1 (none: "
-        "all)",
+        description="peagle: supervised positions per sequence that seed depths >= 1 (none: all)",
     )
     peagle_mask_token_id: int | None = Field(
         None,
