@@ -194,12 +194,35 @@ def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
     }
 
 
-SIDES: dict[str, Callable] = {"eagle3": eagle3_side, "dflash": dflash_side}
-VLLM_METHOD = {"eagle3": "eagle3", "eagle3.1": "eagle3", "dflash": "dflash"}
+def peagle_side(model, inputs) -> dict[str, torch.Tensor]:
+    """The training forward (`PEagleDrafter.forward`, every depth at every anchor): depth 0 at
+    every position (EAGLE-3's first step), then depths 1..K-1 of the last anchor, the K drafts
+    vLLM's parallel proposer reads off one forward; logits laid out over the target vocabulary
+    as `eagle3_side`'s. And the fused state of the parallel positions (`fc(mask_hidden)`)."""
+    ids, t = inputs["input_ids"][None], inputs["input_ids"].shape[0]
+    depths = model.config.depths
+    with torch.no_grad():
+        fused_in, _ = _fc_input(model, lambda: model.fuse(_trained_aux(model, inputs)[None]))
+        states = model(ids, _trained_aux(model, inputs)[None], depths)
+        rows = torch.cat([states[0][0], torch.stack([s[0, t - 1] for s in states[1:]])])
+        draft = model.logits(rows)
+        mask_state = model.mask_state().reshape(-1)
+    logits = torch.full((draft.shape[0], model.config.vocab_size), float("-inf"))
+    logits[:, model.draft_to_target()] = draft
+    return {
+        "cos_sin": _rotary_table(model.midlayer.self_attn.rotary, inputs["rope_positions"]),
+        "fc_input": fused_in[0],
+        "logits": logits,
+        "mask_state": mask_state,
+    }
+
+
+SIDES: dict[str, Callable] = {"eagle3": eagle3_side, "dflash": dflash_side, "peagle": peagle_side}
+VLLM_METHOD = {"eagle3": "eagle3", "eagle3.1": "eagle3", "dflash": "dflash", "peagle": "eagle3"}
 
 
 def side_of(method: str) -> str:
-    return "dflash" if method == "dflash" else "eagle3"
+    return method if method in ("dflash", "peagle") else "eagle3"
 
 
 # -- vLLM's side -----------------------------------------------------------------------------

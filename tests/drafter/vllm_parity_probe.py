@@ -171,7 +171,39 @@ def probe_dflash(model, vllm_config, inputs: dict, out: dict) -> None:
     out["logits"] = model.compute_logits(normed[1:])  # slot 0 is the bonus token
 
 
-PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
+def probe_peagle(model, vllm_config, inputs: dict, out: dict) -> None:
+    """One parallel draft after a context, as the V1 proposer runs it: the context's fused
+    states through `combine_hidden_states`, then K - 1 parallel positions whose token is the
+    proposer's `parallel_drafting_token_id` (`_init_parallel_drafting_params`, its own code on
+    the draft config) and whose state is `combine_hidden_states(mask_hidden)` (`load_model`),
+    at the next positions, all in one causal forward (`_copy_and_expand_eagle_inputs`)."""
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    spec_cfg = vllm_config.speculative_config
+    n = spec_cfg.num_speculative_tokens
+    proposer = types.SimpleNamespace(
+        draft_model_config=spec_cfg.draft_model_config,
+        pass_hidden_states_to_model=True,
+        hidden_size=spec_cfg.draft_model_config.get_hidden_size(),
+        dtype=torch.float32,
+        device="cpu",
+    )
+    SpecDecodeBaseProposer._init_parallel_drafting_params(proposer)
+    fused_in, hidden = _fc_input(model, lambda: model.combine_hidden_states(inputs["aux"]))
+    mask_state = model.combine_hidden_states(model.mask_hidden.view(-1))
+    proposer.parallel_drafting_hidden_state_tensor.copy_(mask_state)
+    t = hidden.shape[0]
+    token = proposer.parallel_drafting_token_id
+    ids = torch.cat([inputs["input_ids"], torch.full((n - 1,), token, dtype=torch.long)])
+    states = torch.cat([hidden, proposer.parallel_drafting_hidden_state_tensor.expand(n - 1, -1)])
+    normed, _ = model(ids, torch.arange(t + n - 1), states)
+    out["fc_input"] = fused_in
+    out["logits"] = model.compute_logits(normed)
+    out["mask_state"] = proposer.parallel_drafting_hidden_state_tensor
+    STATE["meta"] = {"parallel_drafting_token_id": int(token)}
+
+
+PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash, "peagle": probe_peagle}
 
 
 def main(spec_path: str) -> None:
@@ -265,6 +297,8 @@ def main(spec_path: str) -> None:
         "rotary": type(rotary).__name__,
         "rotary_mscale": float(getattr(rotary, "mscale", 1.0)),
         "softmax_scale": _softmax_scale(model),
+        "parallel_drafting": bool(spec_cfg.parallel_drafting),
+        **STATE.get("meta", {}),
     }
     save_file({k: v.float().contiguous() for k, v in out.items()}, spec["out"])
     print("JSON" + json.dumps(meta))

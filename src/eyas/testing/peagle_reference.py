@@ -62,6 +62,7 @@ class Setup:
     sequences: int = 8
     new_tokens: int = 24
     depths: int = 4
+    max_anchors: int | None = 512  # supervised positions seeding depths >= 1, per sequence
     lr: float = 3e-3
     warmup_steps: int = 2
     threads: int = 2
@@ -115,6 +116,7 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
         lr=setup.lr,
         warmup_steps=setup.warmup_steps,
         peagle_depths=setup.depths,
+        peagle_max_anchors=setup.max_anchors,
         seed=setup.seed,
     )
 
@@ -171,7 +173,7 @@ def eyas_side(
     opt = torch.optim.AdamW(params, lr=setup.lr, betas=(0.9, 0.95), weight_decay=0.0)
     factors = [Trainer._lr_factor(SimpleNamespace(cfg=cfg), s) for s in range(setup.steps)]
     peer: dict[str, torch.Tensor] = {}
-    figures = []
+    figures, row_len = [], []
     model.train()
     seen: dict[str, torch.Tensor] = {}  # the last layer's output: before the final norm
     last_layer.register_forward_hook(
@@ -218,7 +220,9 @@ def eyas_side(
                 "grads": grads,
             }
         )
-        _pack(peer, s, ids, sup, aux, seen["pre"], sampled)
+        seeds = [setup.seed * 7919 + s * 131 + j for j in rows]
+        _pack(peer, s, ids, sup, aux, seen["pre"], sampled, seeds)
+        row_len.append(ids.shape[1])
     save_file(peer, str(work / "steps.safetensors"))
     spec = {
         "verifier": str(setup.target),
@@ -228,6 +232,12 @@ def eyas_side(
         "clip": cfg.clip,
         "threads": setup.threads,
         "config": dcfg.to_dict(),
+        "row_len": row_len,
+        "cod": {
+            "ratio": cfg.peagle_down_sample_ratio,
+            "ratio_min": cfg.peagle_down_sample_ratio_min,
+            "max_anchors": cfg.peagle_max_anchors,
+        },
     }
     (work / "spec.json").write_text(json.dumps(spec))
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
@@ -245,7 +255,7 @@ def _entropy(teacher: Teacher, sup: torch.Tensor, sampled: list) -> float:
     return total
 
 
-def _pack(peer, s, ids, sup, aux, pre, sampled) -> None:
+def _pack(peer, s, ids, sup, aux, pre, sampled, seeds) -> None:
     """Step s's rows as one packed row as speculators' collator and `shift_batch` lay it out
     (index p: x_{p+1}, h_p, the pre-norm last-layer state at p+1), one document per row, with
     eyas's loss mask and COD samples at their packed positions."""
@@ -266,6 +276,7 @@ def _pack(peer, s, ids, sup, aux, pre, sampled) -> None:
             f"{s}.verifier_last_hidden_states": shifted_pre.flatten(0, 1).contiguous(),
             f"{s}.anchor_pos": torch.cat(anchors),
             f"{s}.depth": torch.cat(depth),
+            f"{s}.row_seeds": torch.tensor(seeds, dtype=torch.long),
         }
     )
 
@@ -279,7 +290,22 @@ def peer_side(spec_python: Path, work: Path) -> dict:
     out = json.loads(run.stdout.rsplit("JSON", 1)[1])
     for s, step in enumerate(out["steps"]):
         step["grads"] = load_file(str(work / f"grads-{s}.safetensors"))
+    out["own_cod"] = load_file(str(work / "own_cod.safetensors"))
     return out
+
+
+def same_samples(work: Path, own: dict[str, torch.Tensor], steps: int) -> bool:
+    """Whether speculators' own sampler, from eyas's seeds, drew eyas's COD samples."""
+    mine = load_file(str(work / "steps.safetensors"))
+    for s in range(steps):
+        deep = mine[f"{s}.depth"] > 0
+        ours = sorted(
+            zip(mine[f"{s}.anchor_pos"][deep].tolist(), mine[f"{s}.depth"][deep].tolist())
+        )
+        theirs = sorted(zip(own[f"{s}.anchor_pos"].tolist(), own[f"{s}.depth"].tolist()))
+        if ours != theirs:
+            return False
+    return True
 
 
 def compare(ours: list[dict], theirs: list[dict]) -> dict:
@@ -332,6 +358,7 @@ def run(setup: Setup, work: Path, spec_python: Path, defects: tuple[str, ...] = 
         "eyas": strip,
         "speculators": [{k: v for k, v in st.items() if k != "grads"} for st in peer["steps"]],
         "trainable_equal": peer["trainable"] == info["trainable"],
+        "cod_samples_equal": same_samples(work, peer["own_cod"], len(ours)),
         "mask_token_id": info["mask_token_id"],
         "defects": planted,
         **compare(ours, peer["steps"]),

@@ -10,7 +10,8 @@ decoder layer `midlayer.` where speculators says `layers.0.`, plus the target's 
 `verifier_norm.weight`) and `steps.safetensors` (per step: the packed row as speculators'
 collator and `shift_batch` lay it out, and `{s}.anchor_pos` / `{s}.depth`, the COD samples eyas
 drew). speculators' own `generate_cod_sample_indices` is replaced by one returning those
-samples; everything else is its code (`from_training_args`, sdpa attention over its
+samples (and run on its own, row by row from eyas's seeds, into `own_cod.safetensors`, to show
+it draws the same); everything else is its code (`from_training_args`, sdpa attention over its
 `create_peagle_mask_mod`, eager KL loss), with eyas's trainable set (the embedding frozen, the
 head trained: speculators' option and its one hard-coded difference). Writes each step's gradients (eyas's names) to
 `grads-{s}.safetensors` and prints one JSON line: per step the loss and per-depth counts.
@@ -83,6 +84,34 @@ def build(spec: dict, init: dict):
     return model, core
 
 
+def own_cod_samples(spec: dict, data: dict, s: int) -> dict[str, torch.Tensor]:
+    """speculators' own `generate_cod_sample_indices`, row by row, its `torch.randperm` drawing
+    from the generator eyas seeded for that row (the same calls in the same order as eyas's
+    `cod_sample`): the packed anchors and depths of depths >= 1 it samples."""
+    from speculators.models.peagle import data as cod
+
+    t, cfg = int(spec["row_len"][s]), spec["cod"]
+    mask = data[f"{s}.loss_mask"].view(-1, t)
+    original, anchors, depths = torch.randperm, [], []
+    try:
+        for row, seed in enumerate(data[f"{s}.row_seeds"].tolist()):
+            gen = torch.Generator().manual_seed(seed)
+            torch.randperm = lambda n, device=None, _g=gen: original(n, generator=_g)
+            a, d = cod.generate_cod_sample_indices(
+                seq_length=t,
+                loss_mask=mask[row][None],
+                num_depths=spec["config"]["depths"],
+                down_sample_ratio=cfg["ratio"],
+                down_sample_ratio_min=cfg["ratio_min"],
+                max_anchors=cfg["max_anchors"],
+            )
+            anchors.append(a[d > 0] + row * t)
+            depths.append(d[d > 0])
+    finally:
+        torch.randperm = original
+    return {f"{s}.anchor_pos": torch.cat(anchors), f"{s}.depth": torch.cat(depths)}
+
+
 def main(work: Path) -> None:
     spec = json.loads((work / "spec.json").read_text())
     torch.set_num_threads(int(spec.get("threads", 1)))
@@ -98,8 +127,9 @@ def main(work: Path) -> None:
     kwargs = type(model).get_trainer_kwargs(
         loss_fn="kl_div", loss_implementation="eager", num_depths=depths
     )[0]
-    steps = []
+    steps, own = [], {}
     for s in range(spec["steps"]):
+        own.update(own_cod_samples(spec, data, s))
         sample = (data[f"{s}.anchor_pos"], data[f"{s}.depth"])
         core.generate_cod_sample_indices = lambda *_a, _x=sample, **_k: _x
         for group in opt.param_groups:
@@ -131,6 +161,7 @@ def main(work: Path) -> None:
                 "total": [int(metrics[f"position_{d}_acc_total"]) for d in range(depths)],
             }
         )
+    save_file(own, str(work / "own_cod.safetensors"))
     print("JSON" + json.dumps({"steps": steps, "trainable": trainable}))
 
 
