@@ -1,4 +1,4 @@
-"""EAGLE-3, EAGLE-3.1 and DFlash on the same target-generated data, the same optimiser budget,
+"""EAGLE-3, EAGLE-3.1, DFlash and P-EAGLE on the same target-generated data, the same optimiser budget,
 the same draft budget.
 
     .venv/bin/python bench/bench_methods.py                       # the toy tiny target
@@ -18,7 +18,8 @@ the same draft budget.
    the per-slot training accuracy (a TTT step, a block slot) over the last fifth of the steps
    is reported beside the offline per-position acceptance;
 3. offline, lossless (temperature 0, compared with greedy decoding) at a matched draft budget:
-   K = 3 drafted tokens per verify step (EAGLE-3 chains of 3, DFlash blocks of 4): acceptance
+   K = 3 drafted tokens per verify step (EAGLE-3 chains of 3, DFlash blocks of 4, P-EAGLE 3
+   parallel depths): acceptance
    length per dataset and per position, drafter time per verify step, target time per verify
    step, tokens per second of the whole loop beside the target's plain greedy decoding;
 4. `--served`: each drafter exported for vLLM and served by vLLM on CPU (one server at a time):
@@ -57,6 +58,7 @@ METHODS = {
     "eagle3": {},
     "eagle3.1": {},
     "dflash": {},  # its defaults (2 layers, 3 fused); block_size: K + 1, the matched budget
+    "peagle": {},  # its defaults (COD ratios 0.7 / 0.2); peagle_depths: K, the matched budget
 }
 
 
@@ -137,6 +139,7 @@ def _trainer(target, data, out, method, steps, args) -> Trainer:
         warmup_steps=max(1, steps // 10),
         checkpoint_every=10**6,
         block_size=args.k + 1,
+        peagle_depths=args.k,
         **METHODS[method],
     )
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -288,7 +291,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=3, help="held-out prompts per dataset")
     ap.add_argument("--served", action="store_true", help="also serve each in vLLM on CPU")
     ap.add_argument("--json", type=Path, default=Path("bench/results/methods.json"))
+    ap.add_argument(
+        "--methods", default=",".join(METHODS), help=f"comma-separated subset of {list(METHODS)}"
+    )
     args = ap.parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    if not methods or any(m not in METHODS for m in methods):
+        ap.error(f"--methods is a subset of {list(METHODS)}, not {args.methods!r}")
     started = time.time()
     load_before = os.getloadavg()
 
@@ -303,28 +312,28 @@ def main() -> None:
     data, eval_dir = _data(args.target, args.out / "data", args.rows, args.max_new_tokens)
     prompts = load_prompts(eval_dir, args.limit)
     results: dict[str, dict] = {}
-    say(f"train {', '.join(METHODS)} in turns: {args.steps} steps each")
+    say(f"train {', '.join(methods)} in turns: {args.steps} steps each")
     first = _interleaved(
         {
             m: _trainer(args.target, data, args.out / f"{m}-steps", m, args.steps, args)
-            for m in METHODS
+            for m in methods
         },
         steps=args.steps,
     )
-    times = {m: first[m]["seconds"] for m in METHODS}
-    for m in METHODS:
+    times = {m: first[m]["seconds"] for m in methods}
+    for m in methods:
         results[f"{m} | same steps"] = _train_row(m, first[m])
-    budget = args.budget_s or times["eagle3"]
+    budget = args.budget_s or times["eagle3" if "eagle3" in methods else methods[0]]
     say(f"train in turns: {budget:.0f} s of training each")
-    planned = {m: max(1, round(args.steps * budget / times[m])) for m in METHODS}
+    planned = {m: max(1, round(args.steps * budget / times[m])) for m in methods}
     second = _interleaved(
         {
             m: _trainer(args.target, data, args.out / f"{m}-time", m, planned[m], args)
-            for m in METHODS
+            for m in methods
         },
         budget_s=budget,
     )
-    for m in METHODS:
+    for m in methods:
         results[f"{m} | same wall-clock"] = {
             **_train_row(m, second[m]),
             "budget_seconds": round(budget, 1),
@@ -337,7 +346,7 @@ def main() -> None:
         )
     greedy = _greedy_rate(args.target, prompts, args.max_new_tokens)
     if args.served:
-        for method in METHODS:
+        for method in methods:
             say(f"served in vLLM (CPU): {method}")
             row = results[f"{method} | same steps"]
             row["served"] = _served(
@@ -371,7 +380,7 @@ def main() -> None:
         "draft_budget": f"K = {args.k} drafted tokens per verify step (DFlash: blocks of "
         f"{args.k + 1})",
         "target_greedy_tokens_per_s": greedy,
-        "train_step_s": {m: round(times[m] / args.steps, 3) for m in METHODS},
+        "train_step_s": {m: round(times[m] / args.steps, 3) for m in methods},
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "command": " ".join(["bench/bench_methods.py", *sys.argv[1:]]),

@@ -37,7 +37,7 @@ from test_real_kimi_layout import KIMI_K25_CONFIG
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-METHODS = ["eagle3", "eagle3.1", "dflash"]
+METHODS = ["eagle3", "eagle3.1", "dflash", "peagle"]
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +121,11 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
     assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
     if method == "dflash":
         assert meta["num_speculative_tokens"] == model.config.block_size - 1
+    if method == "peagle":  # served as EAGLE-3 with parallel drafting, all trained depths
+        assert meta["parallel_drafting"] and meta["method"] == "eagle3"
+        assert meta["num_speculative_tokens"] == model.config.depths
+        assert meta["parallel_drafting_token_id"] == model.config.mask_token_id
+        assert meta["architecture"] == "Eagle3LlamaForCausalLM"
     # the magnitude is transformers' (1.0 for Kimi's mscale pair), not 0.1 ln f + 1
     assert meta["rotary_mscale"] == pytest.approx(
         model.layers[0].self_attn.rotary.mscale
@@ -217,3 +222,28 @@ def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(shapes, tmp_pa
     problems = mismatches(SIDES["eagle3"](model, inputs), theirs, inputs["rope_positions"])
     assert any(p.startswith("fc_input") for p in problems)
     assert torch.isfinite(theirs["logits"]).any()
+
+
+def test_a_whole_vocabulary_peagle_export_is_served_as_trained_and_defects_are_not(
+    shapes, tmp_path, vllm_python
+):
+    """P-EAGLE with the toy's whole vocabulary (the default for it): the export ships no
+    d2t/t2d, which `Eagle3LlamaForCausalLM.load_weights` would refuse, and vLLM's classes
+    compute eyas's forward. The same vLLM output set beside eyas's drafter with a planted
+    defect (`peagle_reference.DEFECTS`: a parallel position blind to the ones before it, the
+    final norm or `hidden_norm` dropped) mismatches: the parity test catches each."""
+    from eyas.testing.peagle_reference import DEFECTS
+
+    shape = shapes["toy_tiny"]
+    whole = type(shape)("toy_tiny_whole", shape.target)
+    model, meta, problems = _parity(whole, "peagle", tmp_path, vllm_python)
+    assert model.config.draft_vocab_size == model.config.vocab_size
+    assert problems == [] and meta["parallel_drafting"]
+    built = Built(model, tmp_path / "export-vllm", whole, "peagle", "vllm")
+    inputs = inputs_for(whole, model)
+    _, theirs = run_vllm(vllm_python, vllm_specs(built, inputs, tmp_path / "p2"), tmp_path / "p2")
+    for name, planted in DEFECTS.items():
+        bad = planted(model.config)
+        bad.load_state_dict(model.state_dict())
+        found = mismatches(SIDES["peagle"](bad.eval(), inputs), theirs, inputs["rope_positions"])
+        assert [p.split(":")[0] for p in found] == ["logits"], name
