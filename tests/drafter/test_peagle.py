@@ -168,7 +168,7 @@ def test_the_loss_reaches_exactly_the_sampled_elements():
             elements = list(zip(rows.tolist(), anchors.tolist()))
         assert stats[d].positions == len(elements) == counts[d]
         for r, a in elements:
-            logp = torch.log_softmax(model.logits(states[d][r, a]), -1)
+            logp = torch.log_softmax(model.logits(states[d][r, a]).detach(), -1)
             total -= float((teacher_p[r, a + 1 + d][model.draft_to_target()] * logp).sum())
             n += 1
     assert float(loss) == pytest.approx(total / n, rel=1e-5)
@@ -288,3 +288,31 @@ def test_vllm_serves_it_as_eagle3_with_parallel_drafting_and_at_most_its_depths(
     with pytest.raises(EyasError) as err:
         method.vllm_speculative_config(out, 5)
     assert err.value.reason == "bad_flag" and "--k 4" in err.value.detail
+
+
+def test_a_frozen_head_keeps_the_target_rows_and_loads_from_the_target(tmp_path, toy_tiny):
+    """`--draft-head frozen` (EAGLE-3's option, speculators' choice): the head is the target's
+    rows of the draft ids, not trained; a checkpoint without it is completed from the target."""
+    from eyas.config import TrainConfig
+    from eyas.hf_models import target_model
+
+    method = get_method("peagle")
+    target = target_model(toy_tiny)
+    cfg = TrainConfig(
+        target=toy_tiny, out=tmp_path, data=tmp_path, method="peagle", draft_head="frozen"
+    )
+    d2t = torch.arange(0, 1024, 4) - torch.arange(256)
+    t2d = torch.zeros(1024, dtype=torch.bool)
+    t2d[d2t + torch.arange(256)] = True
+    vocab = {"draft_vocab_size": 256, "mask_token_id": 7, "d2t": d2t, "t2d": t2d}
+    dcfg = method.build_config(
+        target=target, train_cfg=cfg, aux_layers=[1, 2, 3], vocab=vocab, max_positions=256
+    )
+    model = method.build_model(dcfg)
+    found = target.load_tensors("embed", "head")[0]
+    method.init_from_target(model, embedding=found["embed"], head=found["head"], vocab=vocab)
+    assert not model.lm_head.weight.requires_grad and model.mask_hidden.requires_grad
+    assert torch.equal(model.lm_head.weight, found["head"].float()[::4])
+    weights = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    done = method.complete_weights(weights, dcfg, tmp_path, toy_tiny)
+    assert torch.equal(done["lm_head.weight"], found["head"].float()[::4])

@@ -51,3 +51,15 @@ def test_eyas_peagle_trains_as_speculators_does_step_by_step(
     for name, planted in result["defects"].items():
         assert planted["max_rel_grad_diff"] > 5e-2, name
         assert planted["max_rel_loss_diff"] > 1e-4, name
+
+
+def test_with_a_frozen_head_it_trains_as_speculators_own_default_does(
+    toy_tiny, tmp_path, speculators_python
+):
+    """`--draft-head frozen`: the head keeps the target's rows, as speculators keeps it
+    (`DraftVocabMixin._load_verifier_weights`): its trainer's trainable set, untouched."""
+    setup = Setup(target=toy_tiny, steps=2, sequences=8, rows=4, new_tokens=24, draft_head="frozen")
+    result = run(setup, tmp_path, speculators_python)
+    assert result["trainable_equal"] and result["cod_samples_equal"]
+    assert "lm_head.weight" not in result["trainable"]
+    assert result["max_rel_loss_diff"] < 1e-5 and result["max_rel_grad_diff"] < 1e-4

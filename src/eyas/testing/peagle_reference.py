@@ -17,8 +17,9 @@ every parameter's gradient (before clipping):
   `loss_mask` shifted as its inputs are; here it is given eyas's (the predicted token's
   supervision, `peagle.train`), so both sides train the same elements. Both train eyas's set
   of parameters: the embedding frozen (speculators' `embed_requires_grad` option; its P-EAGLE
-  default trains it) and the head, started from the target's rows, trained (speculators starts
-  it there too but freezes it, `DraftVocabMixin._load_verifier_weights`: the peer unfreezes it).
+  default trains it) and the head started from the target's rows and trained or frozen
+  (`draft_head`; speculators freezes it, `DraftVocabMixin._load_verifier_weights`: for a
+  trained head the peer unfreezes it).
 
 Losses compare as KL: speculators trains KL(target || draft); eyas the soft cross-entropy,
 which is that KL plus the target's entropy (same gradients), so eyas's side subtracts the
@@ -63,6 +64,7 @@ class Setup:
     new_tokens: int = 24
     depths: int = 4
     max_anchors: int | None = 512  # supervised positions seeding depths >= 1, per sequence
+    draft_head: str = "trained"  # or "frozen", speculators' own choice
     lr: float = 3e-3
     warmup_steps: int = 2
     threads: int = 2
@@ -117,6 +119,7 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
         warmup_steps=setup.warmup_steps,
         peagle_depths=setup.depths,
         peagle_max_anchors=setup.max_anchors,
+        draft_head=setup.draft_head,
         seed=setup.seed,
     )
 
@@ -358,6 +361,7 @@ def run(setup: Setup, work: Path, spec_python: Path, defects: tuple[str, ...] = 
         "eyas": strip,
         "speculators": [{k: v for k, v in st.items() if k != "grads"} for st in peer["steps"]],
         "trainable_equal": peer["trainable"] == info["trainable"],
+        "trainable": info["trainable"],
         "cod_samples_equal": same_samples(work, peer["own_cod"], len(ours)),
         "mask_token_id": info["mask_token_id"],
         "defects": planted,

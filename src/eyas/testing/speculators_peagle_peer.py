@@ -11,10 +11,11 @@ decoder layer `midlayer.` where speculators says `layers.0.`, plus the target's 
 collator and `shift_batch` lay it out, and `{s}.anchor_pos` / `{s}.depth`, the COD samples eyas
 drew). speculators' own `generate_cod_sample_indices` is replaced by one returning those
 samples (and run on its own, row by row from eyas's seeds, into `own_cod.safetensors`, to show
-it draws the same); everything else is its code (`from_training_args`, sdpa attention over its
-`create_peagle_mask_mod`, eager KL loss), with eyas's trainable set (the embedding frozen, the
-head trained: speculators' option and its one hard-coded difference). Writes each step's gradients (eyas's names) to
-`grads-{s}.safetensors` and prints one JSON line: per step the loss and per-depth counts.
+it draws the same); everything else is its code (`from_training_args`, sdpa attention over
+its `create_peagle_mask_mod`, eager KL loss), with eyas's trainable set: the embedding frozen
+(speculators' option), the head trained or frozen as eyas's `draft_head` says (frozen is
+speculators' own). Writes each step's gradients (eyas's names) to `grads-{s}.safetensors` and
+prints one JSON line: per step the loss and per-depth counts.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def build(spec: dict, init: dict):
         draft_attn_impl="sdpa",
     )
     # eyas keeps the target's embedding frozen (speculators' `embed_requires_grad`, default True
-    # for P-EAGLE, is its own option) and trains the head it starts from the target's rows
+    # for P-EAGLE, is its own option); a trained head (`draft_head`) is unfrozen here
     # (speculators freezes it: `DraftVocabMixin._load_verifier_weights`)
     model.config.embed_requires_grad = False
     weights = {_speculators_name(k): v for k, v in init.items() if k not in ("d2t", "t2d")}
@@ -80,7 +81,7 @@ def build(spec: dict, init: dict):
         raise SystemExit(f"weights do not map: missing {missing}, unexpected {unexpected}")
     for name in ("embed_tokens", "verifier_lm_head", "verifier_norm"):
         getattr(model, name).weight.requires_grad_(False)
-    model.lm_head.weight.requires_grad_(True)
+    model.lm_head.weight.requires_grad_(c.get("draft_head", "trained") != "frozen")
     return model, core
 
 

@@ -21,7 +21,8 @@ parity test, which run vLLM's own code):
   must hold `mask_hidden` (`ValueError` otherwise), read as `view(1, -1)` into a buffer of
   `fc_input_size` (n * target hidden) values; `t2d` is skipped and `d2t` loads into
   `draft_id_to_target_id`, which exists only when `draft_vocab_size` != the target's
-  vocabulary: a whole-vocabulary export ships neither.
+  vocabulary (`vllm.ships_draft_to_target`): a whole-vocabulary export ships neither
+  (`eagle3.export.exported_tensors` writes the tensors, `mask_hidden` among them).
 - The embedding ships, equal to the target's (`_maybe_share_embeddings` then shares the
   target's, as for EAGLE-3).
 """
@@ -76,16 +77,6 @@ def speculators_config(d: PEagleConfig, target: TargetModel | None, target_name:
         },
         "eyas": {"version": __version__, "method": PEAGLE_TYPE, "engine": "vllm"},
     }
-
-
-def whole_vocabulary(d: PEagleConfig) -> bool:
-    return d.draft_vocab_size == d.vocab_size
-
-
-def exported_tensors(state: dict, d: PEagleConfig) -> dict:
-    """The drafter's tensors as vLLM loads them: no d2t/t2d for a whole vocabulary."""
-    skip = ("d2t", "t2d") if whole_vocabulary(d) else ()
-    return {k: v for k, v in state.items() if k not in skip}
 
 
 def is_peagle(cfg: dict) -> bool:
@@ -174,6 +165,6 @@ def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         m + "hidden_norm.weight": (h,),
         m + "post_attention_layernorm.weight": (h,),
     }
-    if dv != v:
-        out.update({"d2t": (dv,), "t2d": (v,)})
+    if vllm.ships_draft_to_target(dv, v):
+        out.update({vllm.DRAFT_TO_TARGET_KEY: (dv,), vllm.TARGET_TO_DRAFT_KEY: (v,)})
     return out

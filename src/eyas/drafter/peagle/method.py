@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from eyas.drafter.dflash.method import DFlashMethod
+from eyas.drafter.eagle3.export import exported_tensors
 from eyas.drafter.eagle3.method import Eagle3Method
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
@@ -93,15 +94,9 @@ class PEagleMethod(DraftMethod):
         return PEagleDrafter(config)
 
     def init_from_target(self, model, *, embedding, head, vocab) -> None:
-        """The target's embedding (frozen) and, as speculators starts its drafters
-        (`DraftVocabMixin._load_verifier_weights`), the head from the target's rows of the
-        draft vocabulary."""
-        with torch.no_grad():
-            model.embed_tokens.weight.copy_(embedding.float())
-            model.d2t.copy_(vocab["d2t"])
-            model.t2d.copy_(vocab["t2d"])
-            rows = model.draft_to_target().to(head.device)
-            model.lm_head.weight.copy_(head.float().index_select(0, rows))
+        """EAGLE-3's: the target's embedding (frozen), the draft vocabulary, and the head from
+        the target's rows of the draft ids (trained from there, or kept: `--draft-head`)."""
+        self._eagle3.init_from_target(model, embedding=embedding, head=head, vocab=vocab)
 
     # -- training --------------------------------------------------------------------------
 
@@ -149,7 +144,7 @@ class PEagleMethod(DraftMethod):
         )
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        return [model.midlayer, model.lm_head]
+        return self._eagle3.fsdp_units(model)
 
     # -- decoding --------------------------------------------------------------------------
 
@@ -163,12 +158,7 @@ class PEagleMethod(DraftMethod):
             raise unsupported_export("peagle", fmt, layouts.SGLANG_REFUSAL)
         d = model.config
         config = layouts.speculators_config(d, target, target_name)
-        # bf16 for the float weights as servers load them; d2t/t2d keep their types
-        tensors = {
-            k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
-            for k, v in layouts.exported_tensors(model.state_dict(), d).items()
-        }
-        return config, tensors
+        return config, exported_tensors(model)
 
     def reads(self, config: dict) -> bool:
         return layouts.is_peagle(config)
@@ -209,6 +199,10 @@ class PEagleMethod(DraftMethod):
 
 
 def _fields(train_cfg: Any) -> dict:
-    """The training options EAGLE-3's `build_config` reads."""
+    """The training options EAGLE-3's `build_config` reads (`draft_head`: EAGLE-3's option,
+    the same head here)."""
     keys = ("num_attention_heads", "head_dim", "intermediate_size")
-    return {k: getattr(train_cfg, k, None) for k in keys}
+    return {
+        **{k: getattr(train_cfg, k, None) for k in keys},
+        "draft_head": getattr(train_cfg, "draft_head", "trained"),
+    }

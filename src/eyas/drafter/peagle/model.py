@@ -59,6 +59,7 @@ class PEagleDrafter(nn.Module):
         self.midlayer = DecoderLayer(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.lm_head.weight.requires_grad_(cfg.draft_head != "frozen")
         # speculators initialises it so (`PEagleDraftModel.__init__`: torch.randn)
         self.mask_hidden = nn.Parameter(torch.randn(1, 1, fused))
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
