@@ -171,7 +171,7 @@ def test_the_loss_reaches_exactly_the_sampled_elements():
             logp = torch.log_softmax(model.logits(states[d][r, a]).detach(), -1)
             total -= float((teacher_p[r, a + 1 + d][model.draft_to_target()] * logp).sum())
             n += 1
-    assert float(loss) == pytest.approx(total / n, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(total / n, rel=1e-5)
 
 
 def test_an_unsampled_depth_still_reaches_mask_hidden():
