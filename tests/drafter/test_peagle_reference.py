@@ -12,31 +12,18 @@ parallel position blind to its chain, the final norm or `hidden_norm` dropped) m
 step's gradients by more than 5e-2 of their scale and its loss by more than 1e-4: outside the
 tolerance by two orders of magnitude or more."""
 
-import subprocess
-from pathlib import Path
-
 import pytest
+from test_dflash_reference import speculators_python  # noqa: F401  (the module fixture)
 
 from eyas.testing.peagle_reference import DEFECTS, Setup, run
 
 pytestmark = pytest.mark.slow  # speculators' venv starts in ~20 s, the toy answers 8 prompts
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def speculators_python() -> Path:
-    out = subprocess.run(
-        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
-
 
 def test_eyas_peagle_trains_as_speculators_does_step_by_step(
-    toy_tiny, tmp_path, speculators_python
+    toy_tiny,
+    tmp_path,
+    speculators_python,  # noqa: F811  (the fixture)
 ):
     setup = Setup(target=toy_tiny, steps=4, sequences=8, rows=4, new_tokens=24, max_anchors=16)
     result = run(setup, tmp_path, speculators_python, defects=tuple(DEFECTS))
@@ -54,7 +41,9 @@ def test_eyas_peagle_trains_as_speculators_does_step_by_step(
 
 
 def test_with_a_frozen_head_it_trains_as_speculators_own_default_does(
-    toy_tiny, tmp_path, speculators_python
+    toy_tiny,
+    tmp_path,
+    speculators_python,  # noqa: F811  (the fixture)
 ):
     """`--draft-head frozen`: the head keeps the target's rows, as speculators keeps it
     (`DraftVocabMixin._load_verifier_weights`): its trainer's trainable set, untouched."""
