@@ -10,7 +10,7 @@ The harness is `eyas.testing.peagle_reference` (speculators runs in its own venv
 tiny toy (8 depths, speculators' default) and SmolLM2-135M-Instruct (4 depths, kept small).
 Reported per step: the KL loss on each side, the largest loss and gradient differences, the
 per-depth accuracy; on the toy also each planted defect's first-step differences. Tolerance:
-loss 1e-5 relative, gradients 1e-4 of each parameter's largest entry, per-depth counts within
+loss 1e-5 relative, gradients 1e-3 of each parameter's largest entry, per-depth counts within
 one. Writes bench/results/peagle_reference.json.
 """
 
@@ -30,7 +30,7 @@ from peers import ROOT, speculators_venv
 from eyas.testing.peagle_reference import DEFECTS, Setup, run
 from eyas.toy.build import build_toy
 
-TOLERANCE = {"rel_loss": 1e-5, "rel_grad": 1e-4, "depth_correct_count": 1}
+TOLERANCE = {"rel_loss": 1e-5, "rel_grad": 1e-3, "depth_correct_count": 1}
 
 
 def summary(name: str, setup: Setup, result: dict, seconds: float) -> dict:
@@ -124,6 +124,7 @@ def main() -> None:
         )
     result = {
         "command": " ".join(["bench/bench_peagle_reference.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
         "tolerance": TOLERANCE,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),

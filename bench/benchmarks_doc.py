@@ -1061,6 +1061,45 @@ def r_train_budget(d: dict) -> Section:
     return s
 
 
+def r_peagle_reference(d: dict) -> Section:
+    tol = d.get("tolerance", {})
+    s = Section(
+        "P-EAGLE against speculators, step by step",
+        "eyas's P-EAGLE and speculators 0.9.0's `PEagleDraftModel` (in its own venv) trained "
+        "from the same initial weights on the same rows, COD samples, optimiser and learning "
+        "rate, fp32 on CPU (`eyas.testing.peagle_reference`, docs/peagle.md). Differences are "
+        "the largest over all steps: the loss (KL) relative to speculators', every parameter's "
+        "gradient relative to its largest entry. Tolerance: loss "
+        f"{tol.get('rel_loss', 0):.0e}, gradients {tol.get('rel_grad', 0):.0e}. The planted "
+        "defects run eyas's first step with a known bug against the same speculators figures.",
+    )
+    sci = "{:.1e}".format
+    runs = d.get("runs", [])
+    s.lines += table(
+        ["target", "steps", "depths", "Δ loss (rel)", "Δ grad (rel)", "Δ grad (abs)",
+         "COD samples equal", "depth counts equal", "within tolerance", "KL first → last"],
+        [
+            [
+                r["target"], r["setup"]["steps"], r["setup"]["depths"],
+                sci(r["max_rel_loss_diff"]), sci(r["max_rel_grad_diff"]),
+                sci(r["max_abs_grad_diff"]), r["cod_samples_equal"], r["depth_counts_equal"],
+                r["within_tolerance"], f"{num(r['loss_eyas'][0])} → {num(r['loss_eyas'][-1])}",
+            ]
+            for r in runs
+        ],
+    )  # fmt: skip
+    defects = [(r["target"], n, v) for r in runs for n, v in r["defects_first_step"].items()]
+    if defects:
+        s.lines += table(
+            ["target", "planted defect", "Δ loss (rel)", "Δ grad (rel)"],
+            [
+                [t, n, sci(v["max_rel_loss_diff"]), sci(v["max_rel_grad_diff"])]
+                for t, n, v in defects
+            ],
+        )
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -1075,6 +1114,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "local_generate": r_local_generate,
     "methods": r_methods,
     "mla": r_mla,
+    "peagle_reference": r_peagle_reference,
     "real": r_real,
     "train": r_train,
     "train_budget": r_train_budget,

@@ -3,14 +3,14 @@ same initial weights, rows, COD samples, optimizer and learning rate (`eyas.test
 peagle_reference`; the figures of a longer run are `bench/bench_peagle_reference.py`'s).
 
 Tolerance: both sides compute in fp32 from identical weights, so what differs is summation
-order (~1e-7 relative per step, measured 1e-7 on the loss and 3e-6 of a parameter's largest
-gradient). A loss matches within 1e-5 relative at every step and every parameter's gradient
-within 1e-4 of its largest entry; per-depth correct counts may differ by one (an argmax
+order (`bench/results/peagle_reference.json`: at most 5e-7 on the loss and 2.2e-5 of a
+parameter's largest gradient, over 20 toy and 6 SmolLM2 steps). A loss matches within 1e-5
+relative at every step and every parameter's gradient within 1e-3 of its largest entry; per-depth correct counts may differ by one (an argmax
 near-tie); the trained-element counts, the trainable parameters and the COD samples
 speculators' own sampler draws from eyas's seeds are identical. Each planted defect (a
 parallel position blind to its chain, the final norm or `hidden_norm` dropped) moves the first
-step's gradients by more than 5e-2 of their scale and its loss by more than 1e-4: outside the
-tolerance by two orders of magnitude or more."""
+step's gradients by more than 5e-2 of their scale and its loss by more than 1e-4 (measured:
+0.08 to 1, 3e-4 to 2e-2): outside the tolerance by an order of magnitude or more."""
 
 import pytest
 from test_dflash_reference import speculators_python  # noqa: F401  (the module fixture)
@@ -32,7 +32,7 @@ def test_eyas_peagle_trains_as_speculators_does_step_by_step(
     assert len(result["eyas"]) == len(result["speculators"]) == 4
     assert all(t > 0 for t in result["eyas"][0]["total"])  # every depth trains
     assert result["max_rel_loss_diff"] < 1e-5, result["rel_loss_diff_by_step"]
-    assert result["max_rel_grad_diff"] < 1e-4, result["max_rel_grad_diff"]
+    assert result["max_rel_grad_diff"] < 1e-3, result["max_rel_grad_diff"]
     assert result["max_depth_correct_diff"] <= 1
     assert result["mask_token_id"] != 0  # not the toy's zero-row pad token
     for name, planted in result["defects"].items():
@@ -51,4 +51,4 @@ def test_with_a_frozen_head_it_trains_as_speculators_own_default_does(
     result = run(setup, tmp_path, speculators_python)
     assert result["trainable_equal"] and result["cod_samples_equal"]
     assert "lm_head.weight" not in result["trainable"]
-    assert result["max_rel_loss_diff"] < 1e-5 and result["max_rel_grad_diff"] < 1e-4
+    assert result["max_rel_loss_diff"] < 1e-5 and result["max_rel_grad_diff"] < 1e-3
