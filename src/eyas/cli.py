@@ -549,14 +549,16 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
 
 @export_app.command("check")
 @_user_errors
-@schema_flags(ExportCheckConfig, Arg("path"), "target", "engine")
+@schema_flags(ExportCheckConfig, Arg("path"), "target", "engine", "vllm_python")
 def export_check_cmd(cfg: ExportCheckConfig) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions;
-    with --engine, that this engine reads its layout as the drafter was trained)."""
+    with --engine, that this engine reads its layout as the drafter was trained; vLLM's own
+    loader builds a vLLM export where vLLM is importable)."""
+    from eyas.backends.vllm.loader import find_python
     from eyas.export.validate import check_export
 
     _given_target(cfg.target)
-    summary = check_export(cfg.path, cfg.target, cfg.engine)
+    summary = check_export(cfg.path, cfg.target, cfg.engine, find_python(cfg.vllm_python))
     for warning in summary.get("warnings", []):
         console.print(f"warning: {warning}")
     console.print(summary)

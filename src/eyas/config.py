@@ -983,13 +983,18 @@ class ExportDrafterConfig(_Strict):
 class ExportCheckConfig(_Strict):
     """`eyas export check PATH`."""
 
-    path_keys: ClassVar = ("path", "target")
-    input_keys: ClassVar = ("path", "target")
+    path_keys: ClassVar = ("path", "target", "vllm_python")
+    input_keys: ClassVar = ("path", "target", "vllm_python")
 
     path: Path = Field(description="an exported drafter directory")
     target: Path | None = Field(None, description="target dir (default: from the export)")
     engine: ExportFormat | None = Field(
         None, description="the engine that will load it: refuse or warn on the other's layout"
+    )
+    vllm_python: Path | None = Field(
+        None,
+        description="python of a vLLM install: vLLM's own loader builds the drafter (default: "
+        "this python if it imports vLLM, else eyas's restatement of the loader)",
     )
 
 

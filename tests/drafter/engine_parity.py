@@ -12,7 +12,9 @@ keys and values vLLM's own `kv_b_proj` expands from the latent.
 Another method or attention plugs in with a few lines: a `Side` (how eyas computes the
 compared tensors; `eagle3_side`, `dflash_side`), an entry in `SIDES`, and the matching probe in
 `vllm_parity_probe.PROBES` (its attention kernel, if not vLLM's `Attention`, in
-`ATTENTION_PATCHES`). A target shape is a `Shape`.
+`ATTENTION_PATCHES`). A target shape is a `Shape`. Every registered method runs through it in
+`test_engine_matrix.py` (which names the side with `side_of`): a new method adds its side.
+Many exports go through one vLLM process (`run_vllm_batch`).
 
 **Tolerance.** The exported weights are bf16, so the drafter is rounded to bf16 before export
 and both sides compute in fp32 from identical weights; what remains is fp32 summation order
@@ -107,6 +109,13 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
         if m.uses_draft_vocab():
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
+        # the target's own embedding (and head), as training copies them, where the target has
+        # weights (the export validator holds the embedding to the target's)
+        found = target.load_tensors("embed", "head")[0]  # {} for a config-only target
+        if "embed" in found:
+            model.embed_tokens.weight.copy_(found["embed"].bfloat16().float())
+        if "head" in found and not m.uses_draft_vocab():
+            model.lm_head.weight.copy_(found["head"].bfloat16().float())
     return model
 
 
@@ -248,22 +257,30 @@ def _speculators(export: Path) -> bool:
     return "speculators_model_type" in json.loads((export / "config.json").read_text())
 
 
-def run_vllm(vllm_python: Path, spec: dict, tmp: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """Run the probe in vLLM's venv: (its metadata, its tensors)."""
-    (tmp / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "PARITY_PORT": str(_free_port())}
+def run_vllm_batch(
+    vllm_python: Path, specs: list[dict], tmp: Path
+) -> tuple[str, list[tuple[dict, dict[str, torch.Tensor] | None]]]:
+    """Many probe specs in one vLLM process (one interpreter start for a whole matrix):
+    (vLLM's version, for each spec (what vLLM made of the export, its tensors), or
+    ({"loaded": False, "error": ...}, None) where vLLM refused the export)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "batch.json").write_text(json.dumps({"cases": specs}))
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "EYAS_PROBE_PORT": str(_free_port())}
     run = subprocess.run(
-        [str(vllm_python), str(PROBE), str(tmp / "spec.json")],
+        [str(vllm_python), str(PROBE), str(tmp / "batch.json")],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=3600,
         cwd=tmp,
         env=env,
     )
     if run.returncode != 0 or "JSON" not in run.stdout:
         raise AssertionError(f"vLLM probe failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}")
-    meta = json.loads(run.stdout.rsplit("JSON", 1)[1])
-    return meta, load_file(spec["out"])
+    out = json.loads(run.stdout.rsplit("JSON", 1)[1])
+    return out["vllm"], [
+        (meta, load_file(spec["out"]) if meta["loaded"] else None)
+        for meta, spec in zip(out["cases"], specs, strict=True)
+    ]
 
 
 def _free_port() -> int:
