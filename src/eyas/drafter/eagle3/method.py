@@ -51,6 +51,9 @@ class Eagle3Method(DraftMethod):
             )
         return ids
 
+    def attentions(self) -> tuple[str, ...]:
+        return ("mha", "mla")
+
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
         if len(aux_layers) != 3:
             raise EyasError(
