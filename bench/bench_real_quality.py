@@ -38,6 +38,7 @@ trained again from the last checkpoint, its lost time not counted).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -52,7 +53,7 @@ from pathlib import Path
 
 import torch
 from bench_local_generate import smollm2_dir
-from peers import ROOT
+from peers import ROOT, vllm_python
 from real_pipeline import (
     capture,
     cli,
@@ -144,6 +145,8 @@ class Bench:
         self.model = smollm2_dir()
         self.out = Path(args.json)
         self.started = time.perf_counter()
+        self.stack = contextlib.ExitStack()  # the baseline server, stopped on the way out
+        self._baseline: str | None = None
         old = json.loads(self.out.read_text()) if self.out.exists() and not args.fresh else {}
         if old.get("workdir") not in (None, str(self.work)):
             old = {}  # another run's file: start a new one
@@ -377,12 +380,31 @@ class Bench:
 
     # -- evaluation -------------------------------------------------------------------------
 
+    def baseline_url(self) -> str:
+        """One server of the target without a drafter for the whole run, started as `eyas
+        eval` starts its own baseline (the vLLM hook's `for_eval`, the same flags): every
+        point's lossless check (two runs) and speedup use it, and no point pays its start."""
+        if self._baseline is None:
+            from eyas.backends import registry
+            from eyas.config import EvalConfig
+
+            cfg = EvalConfig(
+                target=self.model, drafter=self.model, input=self.heldout, backend="vllm",
+                vllm_python=vllm_python(),
+            )  # fmt: skip
+            hook = registry.servers("vllm").for_eval(
+                cfg, drafter=False, scratch=self.work, log_path=self.work / "vllm-baseline.log"
+            )
+            self._baseline = self.stack.enter_context(hook)
+        return self._baseline
+
     def evaluate(self, drafter: Path, out: Path) -> dict:
         a = self.args
         t0 = time.perf_counter()
         r = served(
             self.model, Path(drafter), ["--input", self.heldout], out, self.log,
             "--k", a.k, "--max-new-tokens", a.eval_max_new_tokens, "--baseline",
+            "--baseline-url", self.baseline_url(),
         )  # fmt: skip
         seconds = time.perf_counter() - t0
         datasets = r["datasets"]
@@ -503,6 +525,10 @@ class Bench:
         return None
 
     def run(self) -> None:
+        with self.stack:
+            self._run()
+
+    def _run(self) -> None:
         self.data()
         names = [n for n in self.args.arms.split(",") if n]
         for name in names:
@@ -524,8 +550,8 @@ def main() -> None:
     ap.add_argument("--train-chat", type=int, default=600, help="ShareGPT training prompts")
     ap.add_argument("--train-code", type=int, default=148, help="HumanEval training prompts")
     ap.add_argument("--train-tools", type=int, default=300, help="BFCL training prompts")
-    ap.add_argument("--heldout", type=int, default=8, help="held-out prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=128, help="regenerated tokens")
+    ap.add_argument("--heldout", type=int, default=6, help="held-out prompts per dataset")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="regenerated tokens")
     ap.add_argument("--generate-concurrency", type=int, default=64)
     ap.add_argument("--batch-tokens", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=1e-4, help="eyas's default")
@@ -536,7 +562,7 @@ def main() -> None:
     ap.add_argument("--plateau", type=float, default=0.02)
     ap.add_argument("--min-plateau-steps", type=int, default=100)
     ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--eval-max-new-tokens", type=int, default=64)
+    ap.add_argument("--eval-max-new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2, help="torch threads (eyas and the peer)")
     args = ap.parse_args()
     if args.tiny:
