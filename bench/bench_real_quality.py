@@ -24,7 +24,9 @@ trained again from the last checkpoint, its lost time not counted).
    (the optimizer steps; setup and exports apart), process CPU time, the load average, and the
    acceptance length overall, per category and per drafted position. A curve ends when two
    successive points differ by under `--plateau` (from `--min-plateau-steps` on), or at its
-   step or training-time cap.
+   step or training-time cap. Arms take turns point by point, `--interleave` at a time in the
+   order given (the next joins when one ends): each gets early points, and the machine's load
+   falls on the arms compared alike.
    The learning rate is linear warmup then constant (`min_lr_ratio` 1): every step's rate is
    the same however far the curve goes, so a point is the same run whether or not later
    points follow.
@@ -48,6 +50,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -112,22 +115,28 @@ def commit() -> str:
     return rev + ("+dirty" if dirty else "")
 
 
-def servable_peer(drafter: Path, vocab: int, target_vocab: int) -> str:
-    """speculators saves `d2t`/`t2d` even for a draft vocabulary that is the target's whole
-    one; vLLM 0.32 then has no parameter to load `d2t` into (llama_eagle3.py `__init__` makes
-    `draft_id_to_target_id` only when the sizes differ; `load_weights` renames `d2t` to it)
-    and refuses the weights. The identity mapping is dropped, as eyas's export does for its own
-    whole-vocabulary drafters (issue 35); nothing else changes."""
+def servable(drafter: Path, vocab: int, target_vocab: int) -> str:
+    """vLLM 0.32 refuses a speculators-format EAGLE-3 export whose draft vocabulary is the
+    target's whole one when it carries `d2t`: `llama_eagle3.py` creates
+    `draft_id_to_target_id` only when the sizes differ (`__init__`) and `load_weights` renames
+    `d2t` to it, so there is no parameter to load it into. speculators' `save_pretrained`
+    always writes `d2t`/`t2d`, and so does eyas's export until issue 35's fix. For a whole
+    vocabulary both are the identity: they are dropped here (what the fix does), nothing else
+    changes, and the point records it (`served_as`)."""
     if vocab != target_vocab:
-        return "speculators' save_pretrained, unchanged"
+        return "as exported"
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
+    dropped = False
     for path in drafter.glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            if not {"d2t", "t2d"} & set(f.keys()):
+                continue
         weights = load_file(str(path))
-        kept = {k: v for k, v in weights.items() if k not in ("d2t", "t2d")}
-        if len(kept) != len(weights):
-            save_file(kept, str(path), metadata={"format": "pt"})
-    return "speculators' save_pretrained, identity d2t/t2d dropped (whole vocabulary)"
+        save_file({k: v for k, v in weights.items() if k not in ("d2t", "t2d")}, str(path))
+        dropped = True
+    return "identity d2t/t2d dropped (whole vocabulary)" if dropped else "as exported"
 
 
 def supported(arm: Arm) -> str | None:
@@ -319,6 +328,8 @@ class Bench:
             "export", "drafter", "--checkpoint", cfg.out, "--format", "vllm", "--out", export,
             log=self.log,
         )  # fmt: skip
+        vocab = int(getattr(trainer.raw_model.config, "draft_vocab_size", 0) or 0)  # DFlash: none
+        served_as = servable(export, vocab, int(trainer.target.vocab_size))
         last = history[-1] if history else None
         if first >= to_step:  # a kill after the checkpoint, before the segment was recorded
             self.say(f"{arm.name}: step {to_step} was trained before a kill; its time is lost")
@@ -333,7 +344,8 @@ class Bench:
             "loss": last.loss if last else None,
             "train_acc": last.per_step_acc if last else None,
             "supervised_tokens": sum(m.trained_positions for m in history),
-            "draft_vocab_size": int(trainer.raw_model.config.draft_vocab_size),
+            "draft_vocab_size": vocab,
+            "served_as": served_as,
             "drafter": str(export),
         }
 
@@ -363,7 +375,7 @@ class Bench:
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         new_state.replace(arm_dir / f"state-{to_step}.safetensors")
         batches.unlink()
-        servable = servable_peer(drafter, vocab, target_vocab)
+        served_as = servable(drafter, vocab, target_vocab)
         return {
             "from_step": from_step,
             "to_step": to_step,
@@ -374,7 +386,7 @@ class Bench:
             "loss": out["losses"][-1] if out["losses"] else None,
             "draft_vocab_size": vocab,
             "trainable_parameters": out["trainable_parameters"],
-            "served_as": servable,
+            "served_as": served_as,
             "drafter": str(drafter),
         }
 
@@ -440,12 +452,13 @@ class Bench:
 
     # -- curves -----------------------------------------------------------------------------
 
-    def run_arm(self, arm: Arm) -> None:
+    def curve(self, arm: Arm) -> Iterator[None]:
+        """ARM's learning curve, one point per `next()` (the run interleaves arms)."""
         a = self.args
         rec = self.results["arms"].setdefault(
             arm.name, {**asdict(arm), "commit": commit(), "points": [], "status": "running"}
         )
-        if rec["status"] not in ("running", "not_run"):
+        if rec["status"] not in ("running", "not_run", "eval_failed"):
             self.say(f"{arm.name}: {rec['status']} already")
             return
         why = supported(arm) if not arm.peer_of else supported(ARM_NAMES[arm.peer_of])
@@ -455,6 +468,7 @@ class Bench:
             self.say(f"{arm.name}: not run ({why})")
             return
         rec["status"] = "running"
+        rec.pop("reason", None)
         rec.setdefault("commits", [])
         if commit() not in rec["commits"]:
             rec["commits"].append(commit())
@@ -479,7 +493,13 @@ class Bench:
                 )
                 seg_file.write_text(json.dumps(seg) + "\n")
             self.say(f"{arm.name}: serving the step-{to_step} drafter in vLLM")
-            ev = self.evaluate(Path(seg["drafter"]), arm_dir / f"eval-{to_step}.json")
+            try:
+                ev = self.evaluate(Path(seg["drafter"]), arm_dir / f"eval-{to_step}.json")
+            except SystemExit as exc:  # the arm stops; a later run retries this point
+                rec.update(status="eval_failed", reason=str(exc))
+                self.write()
+                self.say(f"{arm.name}: evaluation failed ({exc}); the next arm goes on")
+                return
             before = points[-1] if points else {}
             point = {
                 "steps": to_step,
@@ -505,6 +525,7 @@ class Bench:
                 self.write()
                 break
             self.write()
+            yield
         else:
             rec["status"] = "step_cap" if arm.group == "main" else "done"
         self.write()
@@ -534,9 +555,44 @@ class Bench:
         for name in names:
             if name not in ARM_NAMES:
                 raise SystemExit(f"unknown arm {name!r}; known: {', '.join(ARM_NAMES)}")
-        for name in names:
-            self.run_arm(ARM_NAMES[name])
+        # `--interleave` arms at a time take turns point by point (the next in the list joins
+        # when one ends): early points for each, and the machine's load falls on them alike
+        pending = [self.curve(ARM_NAMES[n]) for n in names]
+        active: list[Iterator[None]] = []
+        while pending or active:
+            while pending and len(active) < self.args.interleave:
+                active.append(pending.pop(0))
+            for curve in list(active):
+                if next(curve, StopIteration) is StopIteration:
+                    active.remove(curve)
         self.say(f"done; {self.out}")
+
+
+# the sizes and settings, one `--flag default help` a line (results record every one)
+NUMBERS = """
+--seed 0 the split's seed
+--train-chat 600 ShareGPT training prompts
+--train-code 148 HumanEval training prompts
+--train-tools 300 BFCL training prompts
+--heldout 6 held-out prompts per dataset
+--max-new-tokens 64 regenerated tokens
+--generate-concurrency 64 generate's requests in flight
+--batch-tokens 2048 tokens per optimizer step
+--lr 1e-4 peak learning rate (eyas's default)
+--warmup-steps 20 linear warmup (eyas's default)
+--max-steps 3000 main arms' step cap
+--max-train-s 5400.0 main arms' training-time cap
+--decision-steps 300 decision arms' steps
+--plateau 0.02 relative change between two points that ends a curve
+--min-plateau-steps 100 no plateau before this step
+--k 3 drafts per verify step (chain)
+--eval-max-new-tokens 48 new tokens per held-out prompt
+--interleave 2 arms taking turns point by point
+"""
+
+
+def number(text: str) -> int | float:
+    return float(text) if any(c in text for c in ".e") else int(text)
 
 
 def main() -> None:
@@ -546,23 +602,9 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(a.name for a in ARMS), help="in this order")
     ap.add_argument("--tiny", action="store_true", help="smoke: a few prompts, 2 steps, 1 point")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing results file")
-    ap.add_argument("--seed", type=int, default=0, help="the split's seed")
-    ap.add_argument("--train-chat", type=int, default=600, help="ShareGPT training prompts")
-    ap.add_argument("--train-code", type=int, default=148, help="HumanEval training prompts")
-    ap.add_argument("--train-tools", type=int, default=300, help="BFCL training prompts")
-    ap.add_argument("--heldout", type=int, default=6, help="held-out prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="regenerated tokens")
-    ap.add_argument("--generate-concurrency", type=int, default=64)
-    ap.add_argument("--batch-tokens", type=int, default=2048)
-    ap.add_argument("--lr", type=float, default=1e-4, help="eyas's default")
-    ap.add_argument("--warmup-steps", type=int, default=20, help="eyas's default")
-    ap.add_argument("--max-steps", type=int, default=3000, help="main arms' step cap")
-    ap.add_argument("--max-train-s", type=float, default=5400, help="main arms' training cap")
-    ap.add_argument("--decision-steps", type=int, default=300, help="decision arms' steps")
-    ap.add_argument("--plateau", type=float, default=0.02)
-    ap.add_argument("--min-plateau-steps", type=int, default=100)
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--eval-max-new-tokens", type=int, default=48)
+    for line in NUMBERS.strip().splitlines():
+        flag, default, what = line.split(" ", 2)
+        ap.add_argument(flag, type=type(number(default)), default=number(default), help=what)
     ap.add_argument("--threads", type=int, default=2, help="torch threads (eyas and the peer)")
     args = ap.parse_args()
     if args.tiny:

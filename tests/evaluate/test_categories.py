@@ -122,14 +122,8 @@ def test_offline_eval_reports_oracle_and_adversary_categories(
 
     monkeypatch.setattr(offline, "decode_one", decode_one)
     monkeypatch.setattr(offline, "load_drafter", lambda *a, **kw: random_drafter(target))
-    cfg = EvalConfig(
-        target=toy_tiny,
-        drafter=tmp_path,
-        input=tmp_path,
-        k=k,
-        max_new_tokens=n,
-        lossless_check=False,
-    )
+    paths = {"target": toy_tiny, "drafter": tmp_path, "input": tmp_path}
+    cfg = EvalConfig(**paths, k=k, max_new_tokens=n, lossless_check=False)
     out = offline.evaluate_offline(cfg, prompts, log=lambda s: None)
     code, chat = out["categories"]["code"], out["categories"]["chat"]
     assert list(out["categories"]) == ["chat", "code"]

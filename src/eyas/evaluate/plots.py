@@ -54,6 +54,18 @@ def _svg(width: int, height: int, title: str, body: str) -> str:
     )
 
 
+def _legend(names: list[str], left: float, plot_w: float, base: float, row: int) -> str:
+    """A swatch and a name per series, three to a row, from `base` down."""
+    parts = []
+    for i, name in enumerate(names):
+        lx, ly = left + (i % 3) * (plot_w / 3), base + (i // 3) * row
+        parts.append(
+            f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color(i)}"/>'
+            f'<text x="{lx + 14:.1f}" y="{ly}">{html.escape(name)}</text>'
+        )
+    return "".join(parts)
+
+
 def acceptance_bars(
     values: dict[str, float],
     k: int,
@@ -136,13 +148,7 @@ def position_bars(rates: dict[str, list[float]], title: str, width: int = 560) -
             f'<text x="{left + (pos + 0.5) * group_w:.1f}" y="{top + plot_h + 14}" '
             f'text-anchor="middle" fill="{AXIS}">draft {pos + 1}</text>'
         )
-    base = top + plot_h + 46
-    for i, name in enumerate(rates):
-        lx, ly = left + (i % 3) * (plot_w / 3), base + (i // 3) * legend_row
-        parts.append(
-            f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color(i)}"/>'
-            f'<text x="{lx + 14:.1f}" y="{ly}">{html.escape(name)}</text>'
-        )
+    parts.append(_legend(list(rates), left, plot_w, top + plot_h + 46, legend_row))
     parts.append(
         f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle" '
         f'fill="{AXIS}">P(draft i accepted | drafts 1..i-1 accepted)</text>'
@@ -206,11 +212,5 @@ def line_chart(
         f'<text x="12" y="{top + plot_h / 2:.0f}" text-anchor="middle" fill="{AXIS}" '
         f'transform="rotate(-90 12 {top + plot_h / 2:.0f})">{html.escape(y_label)}</text>'
     )
-    base = top + plot_h + 44
-    for i, name in enumerate(series):
-        lx, ly = left + (i % 3) * (plot_w / 3), base + (i // 3) * legend_row
-        parts.append(
-            f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color(i)}"/>'
-            f'<text x="{lx + 14:.1f}" y="{ly}">{html.escape(name)}</text>'
-        )
+    parts.append(_legend(list(series), left, plot_w, top + plot_h + 44, legend_row))
     return _svg(width, height, title, "".join(parts))
