@@ -103,12 +103,13 @@ ARM_NAMES = {a.name: a for a in ARMS}
 
 
 def commit() -> str:
-    """The commit this script runs from (`+dirty` when its tree has changes)."""
+    """The commit this script runs from (`+dirty` when its code has changes)."""
     rev = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        # the results file this run writes is not a change to the code
+        ["git", "-C", str(ROOT), "status", "--porcelain", "-uno", "--", ".", ":!bench/results"],
         capture_output=True,
         text=True,
     ).stdout.strip()
