@@ -35,9 +35,15 @@ def cli(*args, log: Path, ok: tuple[int, ...] = (0,)) -> float:
     with log.open("a") as f:
         f.write(f"$ eyas {' '.join(map(str, args))}\n")
         f.flush()
-        rc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "eyas.cli", *map(str, args)], stdout=f, stderr=subprocess.STDOUT
-        ).returncode
+        )
+        try:
+            rc = proc.wait()
+        except BaseException:  # a kill of the benchmark stops the stage as eyas stops itself
+            proc.terminate()  # SIGTERM: the stage commits what it has and says how to resume
+            proc.wait(timeout=300)
+            raise
     if rc not in ok:
         raise SystemExit(f"eyas {args[0]} failed ({rc}); see {log}")
     return time.perf_counter() - t0
