@@ -35,6 +35,13 @@ trained again from the last checkpoint, its lost time not counted).
    AdamW, clipping and learning rate at every step, and is served in the same vLLM. Decision
    arms (`group: decision`) run to a fixed step count (`--decision-steps`) and compare at equal
    steps and equal training time.
+
+Adding an arm: an `Arm` in `ARMS` (its `train` dict overrides TrainConfig, a new method is
+`method=...`), named in `--arms`; rerun the same command on the same workdir: finished arms
+are kept, the new one runs. An arm whose option this commit's TrainConfig lacks (`draft_head`
+before issue 36's flag lands) is recorded `not_run` with the reason and tried again by a later
+run from a newer commit, as is one whose served eval failed (`eval_failed`). Each point
+records the commit it ran on.
 """
 
 from __future__ import annotations

@@ -847,7 +847,8 @@ def r_real_quality(d: dict) -> Section:
         f"{d.get('schedule', {}).get('plateau', '')}; caps "
         f"{num(json.dumps(d.get('schedule', {}).get('caps', {})))}. Learning rate: "
         f"{d.get('schedule', {}).get('lr', '?')}. Batches of {num(st.get('batch_tokens'))} "
-        f"tokens, peak learning rate {num(st.get('lr'))}, warmup {num(st.get('warmup_steps'))} "
+        f"tokens, peak learning rate {st.get('lr', '?'):g}, warmup "
+        f"{num(st.get('warmup_steps'))} "
         "steps.",
         "",
     ]
@@ -891,11 +892,13 @@ def r_real_quality(d: dict) -> Section:
         summary,
     )
     s.lines += _goal_lines(arms)
+    s.lines += _decision_lines(arms)
     for name, a in arms.items():
         pts = a.get("points", [])
         if not pts:
             continue
-        cats = sorted({c for p in pts for c in p.get("categories", {})})
+        seen = {c for p in pts for c in p.get("categories", {})}
+        cats = [c for c in ("chat", "code", "tool_calls", "math", "other") if c in seen]
         s.lines += [f"`{name}` ({a.get('note') or a.get('method')}):", ""]
         s.lines += table(
             [
@@ -934,6 +937,33 @@ def r_real_quality(d: dict) -> Section:
         "",
     ]
     return s
+
+
+def _decision_lines(arms: dict) -> list[str]:
+    """Each decision arm against the default arm (eagle3): at its last step, and at the
+    default arm's training time nearest below its own."""
+    base = arms.get("eagle3", {}).get("points") or []
+    lines = []
+    for name, a in arms.items():
+        pts = a.get("points") or []
+        if a.get("group") != "decision" or not pts or not base:
+            continue
+        last = pts[-1]
+        same_steps = next((p for p in base if p["steps"] == last["steps"]), None)
+        same_time = _at_time(base, last["train_seconds"])
+        parts = [f"`{name}` at step {num(last['steps'])}: {num(last['acceptance_length'])}"]
+        if same_steps:
+            parts.append(
+                f"eagle3 at the same step {num(same_steps['acceptance_length'])} "
+                f"({ratio(last['acceptance_length'], same_steps['acceptance_length'])})"
+            )
+        if same_time:
+            parts.append(
+                f"eagle3 within the same training time ({num(last['train_seconds'])} s: step "
+                f"{num(same_time['steps'])}) {num(same_time['acceptance_length'])}"
+            )
+        lines.append("- " + "; ".join(parts) + ".")
+    return ["Decision arms against the default arm:", "", *lines, ""] if lines else []
 
 
 def _goal_lines(arms: dict) -> list[str]:

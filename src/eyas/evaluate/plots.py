@@ -169,7 +169,7 @@ def line_chart(
     points = [p for pts in series.values() for p in pts]
     if not points:
         return ""
-    left, top, right, legend_row = 48, 24, 12, 16
+    left, top, right, legend_row = 48, 24, 28, 16
     legend_h = legend_row * ((len(series) + 2) // 3)
     plot_w, plot_h = width - left - right, height - top - 44 - legend_h
     x_hi = max(x for x, _ in points) or 1.0
