@@ -302,8 +302,6 @@ class Bench:
             "warmup_steps": a.warmup_steps,
             **base.train,
         }
-        if a.tiny:
-            kw.setdefault("draft_vocab", 64)  # seconds, not minutes, per step
         return TrainConfig(
             target=self.model,
             hidden_states=self.capture_for(base.method),
