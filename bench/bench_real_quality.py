@@ -78,7 +78,7 @@ from real_prompts import build
 from eyas.config import TrainConfig
 from eyas.train.loop import Trainer
 
-SCHEDULE = (25, 50, 100, 150, 200, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000)
+SCHEDULE = (10, 25, 50, 100, 150, 200, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000)
 TINY_SCHEDULE = (2,)
 
 
@@ -464,7 +464,10 @@ class Bench:
         rec = self.results["arms"].setdefault(
             arm.name, {**asdict(arm), "commit": commit(), "points": [], "status": "running"}
         )
-        if rec["status"] not in ("running", "not_run", "eval_failed"):
+        cap_steps = a.decision_steps if arm.group == "decision" else a.max_steps
+        if rec["status"] not in ("running", "not_run", "eval_failed") and not self.raised(
+            rec, cap_steps
+        ):
             self.say(f"{arm.name}: {rec['status']} already")
             return
         why = supported(arm) if not arm.peer_of else supported(ARM_NAMES[arm.peer_of])
@@ -480,7 +483,6 @@ class Bench:
             rec["commits"].append(commit())
         arm_dir = self.work / "arms" / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
-        cap_steps = a.decision_steps if arm.group == "decision" else a.max_steps
         steps = [s for s in self.schedule() if s <= cap_steps] or [cap_steps]
         for to_step in steps:
             points = rec["points"]
@@ -536,6 +538,17 @@ class Bench:
             rec["status"] = "step_cap" if arm.group == "main" else "done"
         self.write()
 
+    def raised(self, rec: dict, cap_steps: int) -> bool:
+        """A curve stopped at a cap that this run's settings raise goes on (the learning rate
+        is constant after warmup, so its later points are those of one longer run)."""
+        last = rec["points"][-1] if rec["points"] else None
+        if last is None or rec["status"] not in ("step_cap", "time_cap", "done"):
+            return False
+        more_steps = any(last["steps"] < s <= cap_steps for s in self.schedule())
+        return more_steps and (
+            rec["status"] != "time_cap" or last["train_seconds"] < self.args.max_train_s
+        )
+
     def stop_reason(self, arm: Arm, points: list[dict], cap_steps: int) -> str | None:
         a = self.args
         last = points[-1]
@@ -583,12 +596,12 @@ NUMBERS = """
 --heldout 6 held-out prompts per dataset
 --max-new-tokens 64 regenerated tokens
 --generate-concurrency 64 generate's requests in flight
---batch-tokens 2048 tokens per optimizer step
+--batch-tokens 1024 tokens per optimizer step
 --lr 1e-4 peak learning rate (eyas's default)
 --warmup-steps 20 linear warmup (eyas's default)
 --max-steps 3000 main arms' step cap
 --max-train-s 5400.0 main arms' training-time cap
---decision-steps 300 decision arms' steps
+--decision-steps 50 decision arms' steps
 --plateau 0.02 relative change between two points that ends a curve
 --min-plateau-steps 100 no plateau before this step
 --k 3 drafts per verify step (chain)
