@@ -595,7 +595,7 @@ NUMBERS = """
 --train-tools 300 BFCL training prompts
 --heldout 6 held-out prompts per dataset
 --max-new-tokens 64 regenerated tokens
---generate-concurrency 64 generate's requests in flight
+--generate-concurrency 128 generate's requests in flight
 --batch-tokens 1024 tokens per optimizer step
 --lr 1e-4 peak learning rate (eyas's default)
 --warmup-steps 20 linear warmup (eyas's default)
