@@ -614,6 +614,14 @@ def number(text: str) -> int | float:
     return float(text) if any(c in text for c in ".e") else int(text)
 
 
+class Killed(BaseException):
+    """SIGTERM: the run stops (not an evaluation failure an arm could survive)."""
+
+
+def killed(*_) -> None:
+    raise Killed("SIGTERM")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, required=True)
@@ -631,9 +639,14 @@ def main() -> None:
         args.batch_tokens, args.warmup_steps, args.max_steps, args.decision_steps = 512, 1, 2, 2
         args.min_plateau_steps = 10**9
     torch.set_num_threads(args.threads)
-    # a kill (SIGTERM) unwinds: the vLLM servers eyas started are stopped on the way out
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    Bench(args).run()
+    # a kill (SIGTERM) unwinds: the stage running stops cleanly (real_pipeline.cli) and the
+    # vLLM servers started here are stopped on the way out
+    signal.signal(signal.SIGTERM, killed)
+    try:
+        Bench(args).run()
+    except Killed:
+        print("stopped (SIGTERM): rerun the same command to resume", flush=True)
+        sys.exit(143)
 
 
 if __name__ == "__main__":

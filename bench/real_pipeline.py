@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,12 @@ PEER_KEYS = (
 )
 
 
+# How a stage stops cleanly: generate and capture commit what is done on SIGTERM (and resume
+# when rerun); the others unwind on SIGINT (KeyboardInterrupt), eval stopping the vLLM servers
+# it started (it has no SIGTERM handler: a SIGTERM would leave them running).
+STOP_SIGNAL = {"generate": signal.SIGTERM, "capture": signal.SIGTERM}
+
+
 def cli(*args, log: Path, ok: tuple[int, ...] = (0,)) -> float:
     """Run `eyas ...` as a user would; the seconds it took. Output goes to `log`; an exit
     status outside `ok` stops the benchmark."""
@@ -41,7 +48,7 @@ def cli(*args, log: Path, ok: tuple[int, ...] = (0,)) -> float:
         try:
             rc = proc.wait()
         except BaseException:  # a kill of the benchmark stops the stage as eyas stops itself
-            proc.terminate()  # SIGTERM: the stage commits what it has and says how to resume
+            proc.send_signal(STOP_SIGNAL.get(str(args[0]), signal.SIGINT))
             proc.wait(timeout=300)
             raise
     if rc not in ok:
