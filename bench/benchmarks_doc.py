@@ -940,13 +940,13 @@ def r_real_quality(d: dict) -> Section:
 
 
 def _decision_lines(arms: dict) -> list[str]:
-    """Each decision arm against the default arm (eagle3): at its last step, and at the
-    default arm's training time nearest below its own."""
+    """Every eyas arm but the default (eagle3) against it: at its last step, and at the
+    default arm's last point within the same training time."""
     base = arms.get("eagle3", {}).get("points") or []
     lines = []
     for name, a in arms.items():
         pts = a.get("points") or []
-        if a.get("group") != "decision" or not pts or not base:
+        if name == "eagle3" or a.get("peer_of") or not pts or not base:
             continue
         last = pts[-1]
         same_steps = next((p for p in base if p["steps"] == last["steps"]), None)
@@ -963,39 +963,41 @@ def _decision_lines(arms: dict) -> list[str]:
                 f"{num(same_time['steps'])}) {num(same_time['acceptance_length'])}"
             )
         lines.append("- " + "; ".join(parts) + ".")
-    return ["Decision arms against the default arm:", "", *lines, ""] if lines else []
+    return ["Against the default arm (eagle3):", "", *lines, ""] if lines else []
 
 
 def _goal_lines(arms: dict) -> list[str]:
-    """The issue's goal: eyas's best method at least 1.05x speculators' acceptance length,
-    at the plateau and at equal training time."""
-    peer = arms.get("speculators", {}).get("points") or []
-    mains = {
-        n: a["points"]
-        for n, a in arms.items()
-        if a.get("group") == "main" and n != "speculators" and a.get("points")
-    }
-    if not peer or not mains:
-        return ["Goal (eyas's best method ≥ 1.05× speculators): not measurable yet.", ""]
-    best = max(mains, key=lambda n: mains[n][-1]["acceptance_length"])
-    mine, theirs = mains[best][-1], peer[-1]
-    lines = [
-        f"Goal, eyas's best method ≥ 1.05× speculators' served acceptance length: at the last "
-        f"points, `{best}` {num(mine['acceptance_length'])} (step {num(mine['steps'])}) against "
-        f"speculators {num(theirs['acceptance_length'])} (step {num(theirs['steps'])}): "
-        f"{ratio(mine['acceptance_length'], theirs['acceptance_length'])}"
-        f" ({'met' if mine['acceptance_length'] >= 1.05 * theirs['acceptance_length'] else 'not met'}"
-        ", curves still running where their status says so)."
-    ]
-    t = min(mains[best][-1]["train_seconds"], peer[-1]["train_seconds"])
-    a, b = _at_time(mains[best], t), _at_time(peer, t)
-    if a and b:
+    """The issue's goal, eyas at least 1.05x speculators' served acceptance length, for each
+    speculators arm against the eyas arm whose batches it trained on: at the last points (the
+    plateau once both have reached it) and at equal training time."""
+    lines = []
+    for peer, a in arms.items():
+        mine = arms.get(a.get("peer_of") or "", {}).get("points") or []
+        theirs = a.get("points") or []
+        if not a.get("peer_of") or not mine or not theirs:
+            continue
+        m, t = mine[-1], theirs[-1]
+        met = "met" if m["acceptance_length"] >= 1.05 * t["acceptance_length"] else "not met"
+        statuses = f"{arms[a['peer_of']].get('status')} / {a.get('status')}"
         lines.append(
-            f"At equal training time (≤ {num(t)} s): `{best}` {num(a['acceptance_length'])} "
-            f"(step {num(a['steps'])}), speculators {num(b['acceptance_length'])} (step "
-            f"{num(b['steps'])}): {ratio(a['acceptance_length'], b['acceptance_length'])}."
+            f"- `{a['peer_of']}` {num(m['acceptance_length'])} (step {num(m['steps'])}) "
+            f"against `{peer}` {num(t['acceptance_length'])} (step {num(t['steps'])}): "
+            f"{ratio(m['acceptance_length'], t['acceptance_length'])}, {met} (status "
+            f"{statuses})."
         )
-    return [*lines, ""]
+        limit = min(m["train_seconds"], t["train_seconds"])
+        x, y = _at_time(mine, limit), _at_time(theirs, limit)
+        if x and y:
+            lines.append(
+                f"- at equal training time (≤ {num(limit)} s): `{a['peer_of']}` "
+                f"{num(x['acceptance_length'])} (step {num(x['steps'])}), `{peer}` "
+                f"{num(y['acceptance_length'])} (step {num(y['steps'])}): "
+                f"{ratio(x['acceptance_length'], y['acceptance_length'])}."
+            )
+    head = "Goal, eyas ≥ 1.05× speculators' served acceptance length on the same batches:"
+    if not lines:
+        return [f"{head} not measurable yet (no pair of curves with points).", ""]
+    return [head, "", *lines, ""]
 
 
 def r_train(d: dict) -> Section:

@@ -143,7 +143,7 @@ def test_the_learning_curves_section_and_figure_read_the_results() -> None:
     bd = _doc_module()
     arms = {
         "eagle3": {"group": "main", "status": "plateau", "commits": ["abc"], "points": []},
-        "speculators": {"group": "main", "status": "running", "commits": ["abc"]},
+        "speculators": {"group": "main", "status": "running", "peer_of": "eagle3"},
         "eagle3-ttt3": {"group": "decision", "status": "done", "commits": ["def"]},
     }
     arms["eagle3"]["points"] = [_curve_point(10, 100.0, 1.25), _curve_point(25, 250.0, 1.5)]
@@ -151,9 +151,9 @@ def test_the_learning_curves_section_and_figure_read_the_results() -> None:
     arms["eagle3-ttt3"]["points"] = [_curve_point(10, 50.0, 1.375)]
     d = {"bench": "real_quality", "settings": {"k": 3, "lr": 1e-4}, "arms": arms}
     text = "\n".join(bd.r_real_quality(d).lines)
-    assert "`eagle3` 1.5 (step 25) against speculators 1.375 (step 25): 1.09× (met" in text
-    # equal training time: speculators' last 375 s; eagle3's point within it is step 25
-    assert "At equal training time (≤ 250 s): `eagle3` 1.5 (step 25), speculators 1.125" in text
+    assert "`eagle3` 1.5 (step 25) against `speculators` 1.375 (step 25): 1.09×, met" in text
+    # equal training time: the shorter curve's 250 s; speculators' point within it is step 10
+    assert "time (≤ 250 s): `eagle3` 1.5 (step 25), `speculators` 1.125 (step 10): 1.33×" in text
     assert "`eagle3-ttt3` at step 10: 1.375; eagle3 at the same step 1.25 (1.10×)" in text
     assert "| 10 | 100 | 200 | 3 | 1.25 | 0.25 / 0.1 / 0.05 | 1.25 | 1.5 | yes | – |" in text
     assert "peak learning rate 0.0001" in text
