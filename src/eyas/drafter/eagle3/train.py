@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from eyas.drafter.fused_loss import teacher_table, weighted_soft_ce
 from eyas.drafter.loss import StepStats, Teacher, shift, soft_ce, teacher_argmax
 
 
@@ -73,6 +74,60 @@ def ttt_loss(
                 int(mask_k.sum()),
                 int((correct & trained).sum()),
                 int(trained.sum()),
+            )
+        )
+    return total, stats
+
+
+def ttt_loss_fast(
+    step_hidden: list[torch.Tensor],
+    teacher: Teacher,
+    supervised: torch.Tensor,
+    head_weight: torch.Tensor,
+    draft_ids: torch.Tensor,
+    t2d: torch.Tensor,
+    normalizer: list[float],
+    decay: float = 0.8,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, list[StepStats]]:
+    """`ttt_loss`'s loss and figures on the fast path (`eyas.drafter.fused_loss`):
+
+    - the teacher once per micro-batch (`teacher_table`: one pass of the target's head gives
+      the full-vocabulary argmax and the draft columns), each step reading it shifted by
+      1 + k, a view;
+    - step k runs over the T - 1 - k indices that have a teacher (the rest are masked in
+      `ttt_loss` too), its gradient computed in forward (`weighted_soft_ce`), nothing
+      recomputed in backward;
+    - the figures stay device tensors (`StepStats`, `loss.resolved`): no host sync.
+
+    `head_weight` is the draft head's weight, a plain tensor (trained or frozen); a head sharded
+    by FSDP2 goes through `ttt_loss`, which calls the module."""
+    t = supervised.shape[1]
+    full_vocab = len(draft_ids) == len(t2d)
+    table = teacher_table(teacher.final, teacher.head, None if full_vocab else draft_ids, chunk)
+    total = step_hidden[0].new_zeros((), dtype=torch.float32)
+    stats = []
+    for k, normed in enumerate(step_hidden):
+        mask_k = step_mask(supervised, k)
+        length = max(0, t - 1 - k)
+        top = table.top[:, 1 + k : 1 + k + length]
+        trained = mask_k[:, :length] & t2d[top]
+        weights = trained * (decay**k / max(normalizer[k], 1.0))
+        loss_sum, ce, correct = weighted_soft_ce(
+            normed[:, :length],
+            head_weight,
+            weights,
+            table.shifted(1 + k, length),
+            None if full_vocab else draft_ids,
+            chunk,
+        )
+        total = total + loss_sum
+        stats.append(
+            StepStats(
+                (ce * trained).sum(),
+                mask_k.sum(),
+                (correct & trained).sum(),
+                trained.sum(),
             )
         )
     return total, stats
