@@ -14,7 +14,7 @@ gradient), scaled there by the incoming gradient.
 Two forms:
 - `weighted_soft_ce`: the weights of every position are known before the loss (EAGLE-3: the
   trained mask x decay^k / normaliser), so the loss is the scalar Σ w·CE and a trained head's
-  gradient is accumulated in forward;
+  gradient is accumulated in forward, in one fp32 buffer for every TTT step;
 - `frozen_head_soft_ce`: per-position CE, differentiable with respect to the states only (the
   head is the target's, frozen: DFlash), for weights that depend on the CE itself (D-PACE).
 
@@ -129,38 +129,52 @@ def _draft_ids(pred, draft_ids):
 
 
 class _WeightedSoftCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, weights, teacher, draft_ids, chunk):
-        dtype, w, ce, correct, grad_x = _setup(x, weight, draft_ids)
-        grad_w = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-            if ctx.needs_input_grad[1]
-            else None
-        )
-        b, n = x.shape[:2]
-        for r in range(b):
-            for s in range(0, n, chunk):
-                e = min(n, s + chunk)
-                xc = x[r, s:e].to(dtype)
-                p, top = teacher(r, s, e)
-                ce_c, pred, g = _chunk(xc, w, p)
-                g = (g * weights[r, s:e, None]).to(dtype)
-                ce[r, s:e] = ce_c
-                correct[r, s:e] = _draft_ids(pred, draft_ids) == top
-                grad_x[r, s:e] = g @ w
-                if grad_w is not None:
-                    grad_w += g.t() @ xc
-        ctx.save_for_backward(grad_x, grad_w)
-        ctx.dtypes = (x.dtype, weight.dtype)
-        ctx.mark_non_differentiable(ce, correct)
-        return (ce * weights).sum(), ce, correct
+    """Σ over several inputs sharing one head (EAGLE-3's TTT steps) of Σ_j w_j·CE_j: one
+    weight-gradient buffer for all of them, each input's gradient its own."""
 
     @staticmethod
-    def backward(ctx, grad_loss, _ce, _correct):
-        grad_x, grad_w = ctx.saved_tensors
-        gx = (grad_x * grad_loss).to(ctx.dtypes[0])
-        gw = None if grad_w is None else (grad_w * grad_loss).to(ctx.dtypes[1])
-        return gx, gw, None, None, None, None
+    def forward(ctx, weight, parts, draft_ids, chunk, *xs):
+        dtype = compute_dtype(weight.device, weight.dtype, *(x.dtype for x in xs))
+        w = weight.to(dtype)
+        grad_w = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if ctx.needs_input_grad[0]
+            else None
+        )
+        total = torch.zeros((), dtype=torch.float32, device=weight.device)
+        figures, grads = [], []
+        for x, (weights, teacher) in zip(xs, parts):
+            b, n = x.shape[:2]
+            ce = torch.zeros(b, n, dtype=torch.float32, device=x.device)
+            correct = torch.zeros(b, n, dtype=torch.bool, device=x.device)
+            grad_x = torch.zeros(x.shape, dtype=dtype, device=x.device)
+            for r in range(b):
+                for s in range(0, n, chunk):
+                    e = min(n, s + chunk)
+                    xc = x[r, s:e].to(dtype)
+                    p, top = teacher(r, s, e)
+                    ce_c, pred, g = _chunk(xc, w, p)
+                    g = (g * weights[r, s:e, None]).to(dtype)
+                    ce[r, s:e] = ce_c
+                    correct[r, s:e] = _draft_ids(pred, draft_ids) == top
+                    grad_x[r, s:e] = g @ w
+                    if grad_w is not None:
+                        grad_w += g.t() @ xc
+            total += (ce * weights).sum()
+            figures += [ce, correct]
+            grads.append(grad_x)
+        ctx.save_for_backward(grad_w, *grads)
+        ctx.dtypes = (weight.dtype, [x.dtype for x in xs])
+        ctx.mark_non_differentiable(*figures)
+        return (total, *figures)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *_figures):
+        grad_w, *grads = ctx.saved_tensors
+        w_dtype, x_dtypes = ctx.dtypes
+        gw = None if grad_w is None else (grad_w * grad_loss).to(w_dtype)
+        gxs = [(g * grad_loss).to(d) for g, d in zip(grads, x_dtypes)]
+        return gw, None, None, None, *gxs
 
 
 class _FrozenHeadSoftCE(torch.autograd.Function):
@@ -188,18 +202,21 @@ class _FrozenHeadSoftCE(torch.autograd.Function):
 
 
 def weighted_soft_ce(
-    x: torch.Tensor,
+    xs: list[torch.Tensor],
     weight: torch.Tensor,
-    weights: torch.Tensor,
-    teacher: TeacherChunks,
+    weights: list[torch.Tensor],
+    teachers: list[TeacherChunks],
     draft_ids: torch.Tensor | None,
     chunk: int = 1024,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Σ weights·CE, CE [B, N], draft argmax == teacher argmax [B, N]) for states x [B, N, H]
-    and the draft head's weight [Dv, H] (a plain tensor: trained or frozen). Differentiable in
-    x and, when it requires grad, the weight; `weights` [B, N] carry no gradient."""
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """(Σ_i Σ_j weights_i·CE_i, [(CE_i, draft argmax == teacher argmax)_i]) for inputs
+    xs_i [B, N_i, H] sharing the draft head's weight [Dv, H] (a plain tensor: trained or
+    frozen), each with its weights [B, N_i] (no gradient) and teacher. Differentiable in every
+    x_i and, when it requires grad, the weight, whose gradient is one buffer for all."""
     chunk = chunk_len(1, weight.shape[0], chunk)  # per row
-    return _WeightedSoftCE.apply(x, weight, weights.detach().float(), teacher, draft_ids, chunk)
+    parts = [(w.detach().float(), t) for w, t in zip(weights, teachers, strict=True)]
+    total, *figures = _WeightedSoftCE.apply(weight, parts, draft_ids, chunk, *xs)
+    return total, [(figures[2 * i], figures[2 * i + 1]) for i in range(len(xs))]
 
 
 def frozen_head_soft_ce(

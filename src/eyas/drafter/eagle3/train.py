@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from eyas.drafter.fused_loss import teacher_table, weighted_soft_ce
+from eyas.drafter.fused_loss import compute_dtype, teacher_table, weighted_soft_ce
 from eyas.drafter.loss import StepStats, Teacher, shift, soft_ce, teacher_argmax
 
 
@@ -96,8 +96,8 @@ def ttt_loss_fast(
       the full-vocabulary argmax and the draft columns), each step reading it shifted by
       1 + k, a view;
     - step k runs over the T - 1 - k indices that have a teacher (the rest are masked in
-      `ttt_loss` too), its gradient computed in forward (`weighted_soft_ce`), nothing
-      recomputed in backward;
+      `ttt_loss` too), its gradient computed in forward (`weighted_soft_ce`, one weight-gradient
+      buffer for all steps), nothing recomputed in backward;
     - the figures stay device tensors (`StepStats`, `loss.resolved`): no host sync.
 
     `head_weight` is the draft head's weight, a plain tensor (trained or frozen); a head sharded
@@ -105,29 +105,22 @@ def ttt_loss_fast(
     t = supervised.shape[1]
     full_vocab = len(draft_ids) == len(t2d)
     table = teacher_table(teacher.final, teacher.head, None if full_vocab else draft_ids, chunk)
-    total = step_hidden[0].new_zeros((), dtype=torch.float32)
-    stats = []
+    dtype = compute_dtype(supervised.device, step_hidden[0].dtype, head_weight.dtype)
+    xs, weights, teachers, masks = [], [], [], []
     for k, normed in enumerate(step_hidden):
         mask_k = step_mask(supervised, k)
         length = max(0, t - 1 - k)
-        top = table.top[:, 1 + k : 1 + k + length]
-        trained = mask_k[:, :length] & t2d[top]
-        weights = trained * (decay**k / max(normalizer[k], 1.0))
-        loss_sum, ce, correct = weighted_soft_ce(
-            normed[:, :length],
-            head_weight,
-            weights,
-            table.shifted(1 + k, length),
-            None if full_vocab else draft_ids,
-            chunk,
-        )
-        total = total + loss_sum
-        stats.append(
-            StepStats(
-                (ce * trained).sum(),
-                mask_k.sum(),
-                (correct & trained).sum(),
-                trained.sum(),
-            )
-        )
+        trained = mask_k[:, :length] & t2d[table.top[:, 1 + k : 1 + k + length]]
+        # the head reads the compute dtype: its gradient comes back in it (not fp32)
+        xs.append(normed[:, :length].to(dtype))
+        weights.append(trained * (decay**k / max(normalizer[k], 1.0)))
+        teachers.append(table.shifted(1 + k, length))
+        masks.append((mask_k, trained))
+    total, figures = weighted_soft_ce(
+        xs, head_weight, weights, teachers, None if full_vocab else draft_ids, chunk
+    )
+    stats = [
+        StepStats((ce * trained).sum(), mask_k.sum(), (correct & trained).sum(), trained.sum())
+        for (ce, correct), (mask_k, trained) in zip(figures, masks)
+    ]
     return total, stats
