@@ -194,12 +194,7 @@ class Eagle3Method(DraftMethod):
             config = layouts.sglang_config(d, target, engine_version)
         else:
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
-        # bf16 for the float weights as servers load them; d2t/t2d keep their types
-        tensors = {
-            k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
-            for k, v in model.state_dict().items()
-        }
-        return config, tensors
+        return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:
         return (
