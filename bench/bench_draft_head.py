@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_methods import _data, _interleaved, _offline, _train_row
+from bench_methods import _data, _offline, same_steps_then_same_time
 
 from eyas.config import TrainConfig
 from eyas.evaluate.prompts import load_prompts
@@ -90,24 +90,13 @@ def main() -> None:
     data, eval_dir = _data(target, out / "data", args.rows, args.max_new_tokens)
     prompts = load_prompts(eval_dir, args.limit)
     say(f"train the two heads in turns: {args.steps} steps each")
-    first = _interleaved(
-        {h: _trainer(target, data, out / f"{h}-steps", h, args.steps, args) for h in HEADS},
-        steps=args.steps,
+    results, _ = same_steps_then_same_time(
+        lambda h, run, steps: _trainer(target, data, out / f"{h}-{run}", h, steps, args),
+        list(HEADS),
+        args.steps,
+        None,  # the trained head's first-pass seconds
+        say,
     )
-    results = {f"{h} | same steps": _train_row(h, first[h]) for h in HEADS}
-    budget = first["trained"]["seconds"]
-    planned = {h: max(1, round(args.steps * budget / first[h]["seconds"])) for h in HEADS}
-    say(f"train in turns: {budget:.0f} s of training each")
-    second = _interleaved(
-        {h: _trainer(target, data, out / f"{h}-time", h, planned[h], args) for h in HEADS},
-        budget_s=budget,
-    )
-    for h in HEADS:
-        results[f"{h} | same wall-clock"] = {
-            **_train_row(h, second[h]),
-            "budget_seconds": round(budget, 1),
-            "planned_steps": planned[h],
-        }
     for label, row in results.items():
         say(f"offline eval {label}")
         row["draft_head"] = row.pop("method")

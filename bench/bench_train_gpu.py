@@ -317,6 +317,8 @@ def main() -> None:
             filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
         ),
     }
+    if not torch.cuda.is_available():  # CPU rehearsal: one thread per process, no oversubscription
+        env["OMP_NUM_THREADS"] = "1"
     setup = _setup(work, args.tiny)
     dev = _device()
     record: dict = {

@@ -54,21 +54,28 @@ LLAMA_TINY = {
 DRAFT_VOCAB = 32000
 
 
+def _kimi_config(tiny: bool) -> dict:
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+        "tie_word_embeddings": False, "text_config": {**KIMI_TEXT, **(KIMI_TINY if tiny else {})},
+        "vision_config": {"model_type": "moonvit", "hidden_size": 1152, "num_hidden_layers": 27},
+        "bos_token_id": 163584, "eos_token_id": 163585,
+    }  # fmt: skip
+
+
+def _llama_config(tiny: bool) -> dict:
+    return {**LLAMA, **(LLAMA_TINY if tiny else {})}
+
+
+CONFIGS = {"kimi": _kimi_config, "llama": _llama_config}
+
+
 def write_target(path: Path, kind: str, tiny: bool = False, weights: bool = False) -> Path:
     """A target directory of `kind` (kimi | llama): its config.json and, with `weights`, the
     embedding, final norm and head as safetensors (random, bf16; what speculators loads)."""
     path.mkdir(parents=True, exist_ok=True)
-    if kind == "kimi":
-        text = {**KIMI_TEXT, **(KIMI_TINY if tiny else {})}
-        cfg = {
-            "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-            "tie_word_embeddings": False, "text_config": text,
-            "vision_config": {"model_type": "moonvit", "hidden_size": 1152,
-                              "num_hidden_layers": 27},
-            "bos_token_id": 163584, "eos_token_id": 163585,
-        }  # fmt: skip
-    else:
-        cfg = text = {**LLAMA, **(LLAMA_TINY if tiny else {})}
+    cfg = CONFIGS[kind](tiny)
+    text = cfg.get("text_config", cfg)
     (path / "config.json").write_text(json.dumps(cfg))
     if weights:
         from safetensors.torch import save_file
