@@ -83,3 +83,22 @@ def test_eyas_counts_no_more_than_speculators_at_equal_trainable_parameters(
     )  # fmt: skip
     assert eyas["trainable_parameters"] == spec["trainable_parameters"]
     assert eyas["flops"] <= spec["flops"]
+
+
+def test_the_kernel_formula_is_flop_counter_modes():
+    """`step_flops.kernel_flops` restates torch's `sdpa_flop_count`/`sdpa_backward_flop_count`
+    (written out: torch before 2.13 refuses GQA shapes there)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    from eyas.train.step_flops import kernel_flops
+
+    for q, k, v in [
+        ((1, 64, 4096, 128), (1, 8, 4096, 128), (1, 8, 4096, 128)),  # GQA
+        ((2, 4, 100, 192), (2, 4, 100, 192), (2, 4, 100, 128)),  # MLA's narrower values
+        ((1, 4, 101, 200), (1, 4, 101, 200), (1, 4, 101, 200)),  # the reference's sink
+    ]:
+        out = (*q[:3], v[3])
+        assert kernel_flops(q, k, v) == (
+            sdpa_flop_count(q, k, v),
+            sdpa_backward_flop_count(out, q, k, v),
+        )

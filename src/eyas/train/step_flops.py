@@ -23,8 +23,6 @@ as FlopCounterMode counts FlexAttention and SDPA on CUDA); elementwise work is f
 
 from __future__ import annotations
 
-from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
 from eyas.drafter.memory import ActivationShape
 
 SINK_DIMS = 8  # eagle3.model._SINK_DIMS: the reference attention's sink
@@ -46,21 +44,29 @@ def layer_linear_params(s: ActivationShape) -> int:
     return attention_linear_params(s) + 3 * s.hidden * s.intermediate
 
 
-def _kernel(q, k, v) -> tuple[int, int]:
-    """(forward, backward) FLOPs of an attention kernel on these [B, heads, len, dim] shapes."""
-    return sdpa_flop_count(q, k, v), sdpa_backward_flop_count((*q[:3], v[3]), q, k, v)
+def kernel_flops(q, k, v) -> tuple[int, int]:
+    """(forward, backward) FLOPs of an attention kernel on these [B, heads, len, dim] shapes, as
+    torch.utils.flop_counter's `sdpa_flop_count` and `sdpa_backward_flop_count` count them (every
+    query head against the keys; GQA's kv heads are read, not repeated, but the products are the
+    query heads'): forward q.k^T and p.v; backward the scores again, dO.v^T, p^T.dO, dS.k and
+    dS^T.q. Written out because torch before 2.13 refuses GQA shapes there
+    (`tests/train/test_flops.py` holds it equal to torch's)."""
+    b, h, s_q, d_q = q
+    s_k, d_v = k[2], v[3]
+    pair = 2 * b * h * s_q * s_k
+    return pair * (d_q + d_v), pair * (3 * d_q + 2 * d_v)
 
 
 def attention_flops(s: ActivationShape, tokens: int, ttt: int, checkpointing: bool, fast: bool):
     t, h, dq, dv = tokens, s.heads, s.qk_head_dim, s.v_head_dim
     if fast:
         kv = s.key_heads
-        per_step = [_kernel((1, h, t, dq), (1, kv, t, dq), (1, kv, t, dv))] * ttt
+        per_step = [kernel_flops((1, h, t, dq), (1, kv, t, dq), (1, kv, t, dv))] * ttt
     else:
         w = max(dq, dv)
-        first = _kernel((1, h, t, w), (1, h, t, w), (1, h, t, w))
+        first = kernel_flops((1, h, t, w), (1, h, t, w), (1, h, t, w))
         sink = (1, h, t + 1, w + SINK_DIMS)
-        per_step = [first] + [_kernel(sink, sink, sink)] * (ttt - 1)
+        per_step = [first] + [kernel_flops(sink, sink, sink)] * (ttt - 1)
     return sum(f * (2 if checkpointing else 1) + b for f, b in per_step)
 
 
