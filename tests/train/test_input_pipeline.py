@@ -207,7 +207,8 @@ def test_the_budgets_activations_are_the_drafter_memory_count():
         assert act(attention=attention, tokens_per_rank=32_768) == pytest.approx(
             2 * act(attention=attention), abs=0.02
         )
-        assert act(attention=attention, checkpointing=True) < act(attention=attention) / 3
+        # AC keeps a small share of what runs without it (the traced fast path: under 40%)
+        assert act(attention=attention, checkpointing=True) < act(attention=attention) / 2.5
     # MLA keeps wider keys ([nope ; rope] = 192) and pads earlier steps' k, v: more activations
     assert act(attention="mla") > act(attention="mha")
     mla, mha = kimi_table(gpus=(8,), attention="mla")[0], kimi_table(gpus=(8,))[0]
