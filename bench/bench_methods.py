@@ -190,6 +190,27 @@ def _train_row(method: str, run: dict) -> dict:
     }
 
 
+def same_steps_then_same_time(make, names: list[str], steps: int, budget_s, say) -> tuple:
+    """The comparison's two passes, in turns: `steps` optimiser steps each, then each the same
+    training seconds (`budget_s`, default the first name's total in the first pass), planned
+    for the steps its first-pass step time fits. `make(name, run, steps)` builds a trainer.
+    Returns (rows by "name | same steps" / "name | same wall-clock", first-pass seconds)."""
+    first = _interleaved({n: make(n, "steps", steps) for n in names}, steps=steps)
+    times = {n: first[n]["seconds"] for n in names}
+    results = {f"{n} | same steps": _train_row(n, first[n]) for n in names}
+    budget = budget_s or times[names[0]]
+    say(f"train in turns: {budget:.0f} s of training each")
+    planned = {n: max(1, round(steps * budget / times[n])) for n in names}
+    second = _interleaved({n: make(n, "time", planned[n]) for n in names}, budget_s=budget)
+    for n in names:
+        results[f"{n} | same wall-clock"] = {
+            **_train_row(n, second[n]),
+            "budget_seconds": round(budget, 1),
+            "planned_steps": planned[n],
+        }
+    return results, times
+
+
 @torch.no_grad()
 def _offline(target_dir: Path, drafter_dir: Path, prompts: list[dict], k: int, max_new: int):
     target = load_frozen_lm(target_dir, "cpu", torch.float32)
@@ -302,34 +323,14 @@ def main() -> None:
     say(f"target {args.target}; generating data")
     data, eval_dir = _data(args.target, args.out / "data", args.rows, args.max_new_tokens)
     prompts = load_prompts(eval_dir, args.limit)
-    results: dict[str, dict] = {}
     say(f"train {', '.join(METHODS)} in turns: {args.steps} steps each")
-    first = _interleaved(
-        {
-            m: _trainer(args.target, data, args.out / f"{m}-steps", m, args.steps, args)
-            for m in METHODS
-        },
-        steps=args.steps,
+    results, times = same_steps_then_same_time(
+        lambda m, run, steps: _trainer(args.target, data, args.out / f"{m}-{run}", m, steps, args),
+        list(METHODS),
+        args.steps,
+        args.budget_s,
+        say,
     )
-    times = {m: first[m]["seconds"] for m in METHODS}
-    for m in METHODS:
-        results[f"{m} | same steps"] = _train_row(m, first[m])
-    budget = args.budget_s or times["eagle3"]
-    say(f"train in turns: {budget:.0f} s of training each")
-    planned = {m: max(1, round(args.steps * budget / times[m])) for m in METHODS}
-    second = _interleaved(
-        {
-            m: _trainer(args.target, data, args.out / f"{m}-time", m, planned[m], args)
-            for m in METHODS
-        },
-        budget_s=budget,
-    )
-    for m in METHODS:
-        results[f"{m} | same wall-clock"] = {
-            **_train_row(m, second[m]),
-            "budget_seconds": round(budget, 1),
-            "planned_steps": planned[m],
-        }
     for label, row in results.items():
         say(f"offline eval {label}")
         row["offline"] = _offline(

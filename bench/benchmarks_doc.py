@@ -1262,12 +1262,14 @@ def r_stream(d: dict) -> Section:
 
 def r_train_budget(d: dict) -> Section:
     a = d.get("assumptions", {})
+    mfu = a.get("mfu")
+    mfu = ", ".join(f"{k} {v}" for k, v in mfu.items()) if isinstance(mfu, dict) else num(mfu)
     s = Section(
         "Per-GPU training budget at Kimi-K2.5 width (arithmetic)",
         "The estimate `eyas train` prints before its first step (`eyas.train.budget`), worked "
         f"out for the Kimi-K2.5 drafter at TTT {num(a.get('ttt'))}, FSDP2, "
-        f"{num(a.get('tokens_per_rank'))} tokens per rank per micro-batch, on H200s at an "
-        f"assumed {num(a.get('mfu'))} MFU. Activations: {a.get('activations')}. Arithmetic, "
+        f"{num(a.get('tokens_per_rank'))} tokens per rank per micro-batch, on H200s at the "
+        f"measured MFU ({mfu}). Activations: {a.get('activations')}. Arithmetic, "
         "not a measurement.",
     )
     per_token = d.get("activation_bytes_per_token", {})
@@ -1300,6 +1302,161 @@ def r_train_budget(d: dict) -> Section:
     return s
 
 
+def r_train_h200_reference(d: dict) -> Section:
+    s = Section(
+        "Drafter training on one H200, 2026-12-04 (the previous measurement)",
+        d.get("provenance", ""),
+    )
+    k = d.get("kimi_width", {})
+    rows = []
+    for c in k.get("cases", []):
+        b = c.get("budget", {})
+        rows.append(
+            [c["attention"], c["ac"], c["tokens"], c.get("tokens_per_s") or "OOM",
+             c.get("peak_gb"), c.get("static_gb"), b.get("total_gb"), b.get("tokens_per_s")]
+        )  # fmt: skip
+    s.lines += [
+        f"eyas's EAGLE-3 at Kimi-K2.5 width ({k.get('device')}, torch {k.get('torch')}, "
+        f"TTT {num(k.get('ttt'))}, draft vocabulary {num(k.get('draft_vocab'))}), beside the "
+        "budget of that commit:",
+        "",
+    ]
+    s.lines += table(
+        ["attention", "AC", "tokens", "tokens/s", "peak GB", "static GB", "old budget GB",
+         "old budget tokens/s"],
+        rows,
+    )  # fmt: skip
+    p = d.get("peer_width", {})
+    peer = [
+        [c["side"], c.get("trainable_m"), c.get("step_s"), c.get("tokens_per_s"),
+         round(c["peak_gb"], 1) if c.get("peak_gb") else None, num(c.get("losses"))]
+        for c in p.get("cases", [])
+    ]  # fmt: skip
+    s.lines += [f"Against speculators 0.9.0, 4,096 tokens ({p.get('note', '')}):", ""]
+    s.lines += table(["side", "trainable M", "step s", "tokens/s", "peak GB", "losses"], peer)
+    return s
+
+
+def r_train_flops(d: dict) -> Section:
+    s = Section(
+        "FLOPs per trained token at Kimi-K2.5 width, counted without a GPU",
+        "FlopCounterMode's count of one training step (forward + backward, TTT "
+        f"{num(d.get('ttt'))}, a {num(d.get('draft_vocab'))}-token draft vocabulary) on fake "
+        "tensors, eyas and speculators 0.9.0 alike: matmuls as counted, each attention kernel "
+        "at FlexAttention's dense formula. The budget's count equals eyas's (`budget = count`).",
+    )
+    rows = [
+        [f"eyas {r['target']} {r['attention']}, {r['path']} path", r["draft_head"],
+         "on" if r["activation_checkpointing"] else "off", r["tokens"],
+         round(r["trainable_parameters"] / 1e6), r["gflop_per_token"],
+         r["attention_gflop_per_token"], r["budget_equals_count"]]
+        for r in d["eyas"]
+    ]  # fmt: skip
+    rows += [
+        ["speculators (llama verifier)", "trained" if r["train_head"] else "frozen", "off",
+         r["tokens"], round(r["trainable_parameters"] / 1e6), r["gflop_per_token"],
+         r["attention_gflop_per_token"], "–"]
+        for r in d["speculators"]
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r[3], r[0], r[1]))
+    s.lines += table(
+        ["side", "draft head", "AC", "tokens", "trainable M", "GFLOP/token",
+         "of which attention", "budget = count"],
+        rows,
+    )  # fmt: skip
+    eq = []
+    for sp in d["speculators"]:
+        head = "trained" if sp["train_head"] else "frozen"
+        mine = next(
+            (r for r in d["eyas"] if r["target"] == "llama" and r["path"] == "fast"
+             and r["draft_head"] == head and r["tokens"] == sp["tokens"]),
+            None,
+        )  # fmt: skip
+        if mine:
+            eq.append([sp["tokens"], head, mine["gflop_per_token"], sp["gflop_per_token"],
+                       ratio(mine["gflop_per_token"], sp["gflop_per_token"])])  # fmt: skip
+    if eq:
+        s.lines += ["At equal trainable parameters (the Llama-shaped verifier):", ""]
+        s.lines += table(
+            ["tokens", "draft head", "eyas GFLOP/token", "speculators GFLOP/token", "eyas / speculators"],
+            eq,
+        )  # fmt: skip
+    if d.get("traced"):
+        s.lines += [
+            "Peak memory of the fast path traced op by op on fake tensors (one H200's worth of "
+            "bf16 training, Kimi-K2.5 config, draft head trained), beside the budget:",
+            "",
+        ]
+        s.lines += table(
+            ["attention", "AC", "tokens", "traced peak GB", "static GB", "budget GB"],
+            [[r["attention"], "on" if r["activation_checkpointing"] else "off", r["tokens"],
+              r["traced_peak_gb"], r["static_gb"], r["budget_gb"]] for r in d["traced"]],
+        )  # fmt: skip
+    return s
+
+
+def r_train_gpu(d: dict) -> Section:
+    s = Section(
+        "eyas against speculators on one GPU at Kimi-K2.5 width",
+        "eyas's EAGLE-3 (fast path) and speculators 0.9.0, each at its defaults and at equal "
+        "trainable parameters, 4k/16k/32k tokens, one process per case (bench/bench_train_gpu.py).",
+    )
+    if d.get("tiny"):
+        s.lines += [
+            "**Not yet measured on a GPU.** This file is the CPU rehearsal at toy width (the "
+            "script's `--tiny` run); its figures only show the script works. The GPU rows come "
+            "from `bash tools/gpu_bench.sh` on the next session with a GPU; until then the "
+            "previous measurement is the 2026-12-04 one below (train_h200_reference.json).",
+            "",
+        ]
+    check = d.get("path_check") or {}
+    if check:
+        s.lines += ["The fast path against the reference on this device (bf16):", ""]
+        s.lines += table(
+            ["drafter", "loss (reference)", "loss (fast)", "max gradient rel. error", "agree"],
+            [[k, v.get("loss_reference"), v.get("loss_fast"), v.get("grad_rel_err_max"),
+              v.get("agree")] for k, v in check.items() if isinstance(v, dict)],
+        )  # fmt: skip
+    rows = [
+        [c["name"], c["tokens"], round((c.get("trainable_parameters") or 0) / 1e6) or None,
+         c.get("tokens_per_s"), c.get("peak_gb"), c.get("achieved_tflops"), c.get("losses_fall"),
+         (c.get("budget") or {}).get("total_gb"), (c.get("budget") or {}).get("tokens_per_s"),
+         c.get("skipped") or c.get("error") or c.get("oom") or ""]
+        for c in d.get("cases", [])
+    ]  # fmt: skip
+    s.lines += table(
+        ["case", "tokens", "trainable M", "tokens/s", "peak GB", "TFLOP/s", "losses fall",
+         "budget GB", "budget tokens/s", "note"],
+        rows,
+    )  # fmt: skip
+    return s
+
+
+def r_draft_head(d: dict) -> Section:
+    st = d.get("settings", {})
+    s = Section(
+        f"Frozen or trained draft head: acceptance on the toy ({d.get('target')})",
+        "EAGLE-3 with `--draft-head trained` against `--draft-head frozen` (both initialised "
+        "from the target's head rows of the draft ids), the same data, batches and optimiser, "
+        f"trained in turns: {num(st.get('steps'))} steps each, then the same training seconds; "
+        f"offline, lossless, K = {num(st.get('k'))}. The SmolLM2 figure comes from the "
+        "real-model quality benchmark, not from this toy bench.",
+    )
+    rows = []
+    for label, r in d["results"].items():
+        o = r["offline"]
+        rows.append(
+            [label, r["steps"], r["train_seconds"], o["acceptance_length"],
+             num(o["per_position"]), num(r["train_slot_acc"]), o["lossless"]]
+        )  # fmt: skip
+    s.lines += table(
+        ["draft head", "steps", "train s", "acceptance length", "per position",
+         "train slot accuracy", "lossless"],
+        rows,
+    )  # fmt: skip
+    return s
+
+
 RENDERERS: dict[str, Callable[[dict], Section]] = {
     "audit": r_audit,
     "audit_recall": r_audit_recall,
@@ -1318,6 +1475,10 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "real_quality": r_real_quality,
     "train": r_train,
     "train_budget": r_train_budget,
+    "train_flops": r_train_flops,
+    "train_gpu": r_train_gpu,
+    "train_h200_reference": r_train_h200_reference,
+    "draft_head": r_draft_head,
     "train_memory": r_train_memory,
     "stream": r_stream,
 }

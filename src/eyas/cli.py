@@ -463,6 +463,7 @@ def capture(cfg: CaptureConfig) -> None:
     "fsdp",
     "precision",
     "activation_checkpointing",
+    "fast_path",
     "checkpoint_every",
     "keep_last",
     "log_to",

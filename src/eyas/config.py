@@ -566,6 +566,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
         "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
         "than 4096 tokens",
     )
+    fast_path: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="the fast training step (FlexAttention TTT attention, the teacher once per "
+        "micro-batch, the loss's gradient in forward; the same function as the reference "
+        "path); auto: on on CUDA",
+    )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto",
         description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "

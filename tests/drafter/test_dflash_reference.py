@@ -9,7 +9,6 @@ near-tie); the trained-slot counts and the trainable parameters are identical. A
 alignment (a slot's teacher one position off), a missing norm, the context seen at the
 anchor, or a different weight per slot moves the loss by more than 1e-2 at the first step."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ from eyas.testing.dflash_reference import Setup, run
 pytestmark = pytest.mark.slow  # speculators' venv starts in ~20 s, the toy answers 8 prompts
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def speculators_python() -> Path:
-    out = subprocess.run(
-        ["bash", str(ROOT / "tools" / "speculators_env.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
 
 
 def test_eyas_dflash_trains_as_speculators_does_step_by_step(

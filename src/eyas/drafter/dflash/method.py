@@ -13,6 +13,7 @@ from eyas.drafter.dflash import export as layouts
 from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
+from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -215,6 +216,7 @@ class DFlashMethod(DraftMethod):
             gamma=train_cfg.dflash_gamma,
             alpha=train_cfg.dpace_alpha,
             chunk=train_cfg.chunk_len,
+            fast=fast_path_on(train_cfg, prepared.input_ids.device),
         )
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
