@@ -235,15 +235,10 @@ class DFlashMethod(DraftMethod):
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
         else:
             raise unsupported_export("dflash", fmt, "the layouts are sglang and vllm")
-        tensors = {
-            k: v.to(torch.bfloat16).contiguous()
-            for k, v in model.state_dict().items()
-            if k not in layouts.NOT_EXPORTED
-        }
-        return config, tensors
+        return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:
-        return layouts.is_speculators(config) or layouts.is_zlab(config)
+        return layouts.is_dflash_family(config) and not layouts.is_dflash2(config)
 
     def read_export(self, config: dict) -> DFlashConfig:
         return layouts.read_config(config)
