@@ -37,7 +37,7 @@ from test_real_kimi_layout import KIMI_K25_CONFIG
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-METHODS = ["eagle3", "eagle3.1", "dflash"]
+METHODS = ["eagle3", "eagle3.1", "dflash", "dflash2"]
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +119,12 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
     # the layers vLLM fuses (both model runners) are the ones trained on, and the block is
     # the trained one
     assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
-    if method == "dflash":
+    if method in ("dflash", "dflash2"):
         assert meta["num_speculative_tokens"] == model.config.block_size - 1
     # the magnitude is transformers' (1.0 for Kimi's mscale pair), not 0.1 ln f + 1
     assert meta["rotary_mscale"] == pytest.approx(
         model.layers[0].self_attn.rotary.mscale
-        if method == "dflash"
+        if method in ("dflash", "dflash2")
         else model.midlayer.self_attn.rotary.mscale,
         rel=1e-6,
     )
