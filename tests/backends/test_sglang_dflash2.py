@@ -72,7 +72,7 @@ def test_sglang_parses_the_exported_dflash2_config(exported):
 
 
 def test_sglang_dflash2_convolutions_compute_eyas(exported):
-    model, config, weights = exported
+    model, _, weights = exported
     mod = _dflash_module()
     c = model.config
     for i, layer in enumerate(model.layers):
@@ -92,7 +92,7 @@ def test_sglang_dflash2_convolutions_compute_eyas(exported):
 
 
 def test_sglang_dflash2_selector_scores_and_walks_as_eyas(exported):
-    model, config, weights = exported
+    model, _, weights = exported
     mod = _dflash_module()
     c = model.config
     theirs = mod.CandidateSelector(

