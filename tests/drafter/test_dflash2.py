@@ -157,7 +157,7 @@ def test_the_selector_term_reaches_the_selector_and_adds_to_the_unary_loss():
         states.detach(), teacher, ids, sup, anchors, valid, 6.0, model.candidate_selector,
         selector_alpha=0.0,
     )  # fmt: skip
-    assert float(alone) < float(loss.detach())  # the selector's term adds to the unary one
+    assert float(alone.detach()) < float(loss.detach())  # the selector's term adds to the unary one
 
 
 def test_layouts_round_trip_in_the_keys_the_engines_read(tmp_path):

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from eyas.backends.vllm import conventions as vllm
 from eyas.drafter.dflash.method import DFlashMethod
@@ -16,9 +15,7 @@ from eyas.drafter.dflash2 import export as layouts
 from eyas.drafter.dflash2.decode import DFlash2Proposer
 from eyas.drafter.dflash2.model import DFlash2Config, DFlash2Drafter
 from eyas.drafter.dflash2.train import block_loss
-from eyas.drafter.loss import StepStats, Teacher
-from eyas.drafter.memory import checkpointing_on
-from eyas.drafter.method import Prepared, unsupported_export
+from eyas.drafter.method import unsupported_export
 from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import TargetModel
 
@@ -59,28 +56,16 @@ class DFlash2Method(DFlashMethod):
 
     # -- training --------------------------------------------------------------------------
 
-    def loss(
-        self,
-        model: nn.Module,
-        raw_model: nn.Module,
-        prepared: Prepared,
-        *,
-        aux: torch.Tensor,
-        teacher: Teacher,
-        normalizer: list[float],
-        train_cfg: Any,
-    ) -> tuple[torch.Tensor, list[StepStats]]:
-        anchors, valid = prepared.extra["anchors"], prepared.extra["valid"]
-        ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
-        states = model(prepared.input_ids, aux, anchors, checkpoint_layers=ac)
+    def block_loss(self, raw_model, states, prepared, teacher, normalizer, train_cfg):
+        """DFlash's slot loss plus the selector's (`eyas.drafter.dflash2.train`)."""
         return block_loss(
             states,
             teacher,
             prepared.input_ids,
             prepared.supervised,
-            anchors,
-            valid,
-            sum(normalizer),
+            prepared.extra["anchors"],
+            prepared.extra["valid"],
+            normalizer,
             raw_model.candidate_selector,
             selector_alpha=train_cfg.selector_loss_alpha,
             weighting=train_cfg.dflash_weighting,
