@@ -3,6 +3,7 @@ forward it was trained with, EAGLE-3.1's two fixes change what they must, and it
 written and read in the keys vLLM, speculators and SGLang (0.5.12 on, when the user says so)
 use."""
 
+import dataclasses
 import json
 
 import pytest
@@ -223,3 +224,52 @@ def test_an_sglang_drafter_with_legacy_aux_norm_names_loads(tmp_path):
         assert torch.equal(
             back.fc_norm[i].weight, model.fc_norm[i].weight.to(torch.bfloat16).float()
         )
+
+
+def _whole_vocab(v31: bool) -> Eagle3Drafter:
+    """`tiny` with the draft vocabulary the whole target vocabulary (the default for targets of
+    at most 65,536 tokens): an identity mapping."""
+    torch.manual_seed(3)
+    cfg = dataclasses.replace(tiny(v31).config, draft_vocab_size=V)
+    model = Eagle3Drafter(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+        model.t2d.fill_(True)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("fmt", "version"), [("vllm", None), ("sglang", None), ("sglang", "0.5.23")]
+)
+@pytest.mark.parametrize("v31", [False, True])
+def test_a_whole_vocabulary_export_ships_no_mapping_and_reads_back(tmp_path, fmt, version, v31):
+    """vLLM's draft classes have no `draft_id_to_target_id` when the draft vocabulary is the
+    target's and refuse a shipped d2t (`vllm.ships_draft_to_target`); SGLang reads a missing
+    one as the identity. eyas's loader fills the identity back in."""
+    if v31 and fmt == "sglang" and version is None:
+        return  # refused without a version: test_eagle3_1_writes_the_speculators_keys_...
+    model = _whole_vocab(v31)
+    save_drafter(model, tmp_path / "d", {})
+    out = export_drafter(tmp_path / "d", fmt, tmp_path / "e", engine_version=version)
+    assert not {"d2t", "t2d"} & set(load_file(str(out / "model.safetensors")))
+    check_export(out)
+    back = load_drafter(out)
+    assert torch.equal(back.draft_to_target(), torch.arange(V)) and bool(back.t2d.all())
+    # a reduced vocabulary keeps its mapping, which both engines need
+    save_drafter(tiny(v31), tmp_path / "r", {})
+    reduced = export_drafter(tmp_path / "r", fmt, tmp_path / "re", engine_version=version)
+    assert {"d2t", "t2d"} <= set(load_file(str(reduced / "model.safetensors")))
+
+
+def test_export_check_refuses_a_mapping_on_a_whole_vocabulary_vllm_export(tmp_path):
+    """The defect of issue 35 planted: d2t/t2d beside a whole-vocabulary head."""
+    model = _whole_vocab(False)
+    save_drafter(model, tmp_path / "d", {})
+    out = export_drafter(tmp_path / "d", "vllm", tmp_path / "e")
+    weights = load_file(str(out / "model.safetensors"))
+    weights.update(d2t=torch.zeros(V, dtype=torch.long), t2d=torch.ones(V, dtype=torch.bool))
+    save_file(weights, str(out / "model.safetensors"))
+    with pytest.raises(RefusedError) as err:
+        check_export(out)
+    assert err.value.reason == "invalid_export" and "draft_id_to_target_id" in err.value.detail

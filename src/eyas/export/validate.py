@@ -133,6 +133,8 @@ def check_export(
             torch.float32,
         ):
             problems.append(f"{name} dtype {tensor.dtype} is not a float type")
+    if engine == "vllm" or (engine is None and layout_engine(cfg) == "vllm"):
+        problems += vllm.draft_vocab_problems(set(weights), dv, v)
     if "d2t" in weights and "t2d" in weights and not problems:
         ids = torch.arange(dv) + weights["d2t"]
         if ids.min() < 0 or ids.max() >= v or not bool((ids[1:] > ids[:-1]).all()):

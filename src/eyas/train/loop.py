@@ -595,8 +595,11 @@ class Trainer:
                 "lm_head.weight": self.target.head,
             }
             for name in frozen_names(self.raw_model):
+                # (a frozen EAGLE-3 draft head is the target's rows, not its head: kept as is)
                 if name in source and weights[name].dtype == torch.bfloat16:
-                    weights[name] = source[name]().detach().float().cpu()
+                    whole = source[name]()
+                    if whole.shape == weights[name].shape:
+                        weights[name] = whole.detach().float().cpu()
             save_drafter(
                 self.raw_model,
                 out,

@@ -72,6 +72,14 @@ USE_AUX_KEY = "use_aux_hidden_state"
 # export cannot tell which SGLang will load it: eyas writes the EAGLE-3.1 layout for SGLang only
 # when the user names a version from `EAGLE3_1_SINCE` on (`eyas export drafter --engine-version`).
 EAGLE3_1_SINCE = "0.5.12"
+
+# The draft vocabulary: `llama_eagle3.py` `LlamaForCausalLMEagle3.load_weights` and
+# `kimi_k25_eagle3.py` `Eagle3DeepseekV2ForCausalLM.load_weights` (0.5.12.post1 and 0.5.23)
+# turn a shipped `d2t` into `hot_token_id = d2t + arange(len(d2t))` (the target id of each draft
+# id) and skip `t2d`; without `d2t`, `hot_token_id` stays None and draft ids are taken as target
+# ids ("absent in checkpoints whose draft_vocab_size equals vocab_size", kimi_k25_eagle3.py).
+# So a reduced draft vocabulary must ship `d2t`; a whole one may or may not (an identity
+# `d2t`), and eyas writes none, the layout vLLM's loader requires too.
 FC_NORM_KEY = "fc_norm"
 LEGACY_FC_NORM_KEY = "use_aux_norm"
 NORM_OUTPUT_KEY = "norm_output"

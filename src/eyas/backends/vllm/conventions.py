@@ -67,6 +67,35 @@ FC_NORM_KEY = "fc_norm"
 NORM_OUTPUT_KEY = "norm_output"
 NORM_BEFORE_FC_KEY = "norm_before_fc"
 
+# The draft vocabulary. Every draft class eyas exports to (`llama_eagle3.py`
+# `Eagle3LlamaForCausalLM`, `deepseek_eagle3.py` `Eagle3DeepseekV2ForCausalLM`, `qwen3_dflash.py`
+# `DFlashQwen3ForCausalLM`) creates its `draft_id_to_target_id` parameter in `__init__` only when
+# `config.draft_vocab_size != vllm_config.model_config.get_vocab_size()` (the target's
+# vocabulary); its `load_weights` renames a shipped `d2t` to `draft_id_to_target_id` and skips
+# `t2d`, and `AutoWeightsLoader` raises "There is no module or parameter named
+# 'draft_id_to_target_id'" when the class made none. So a whole-vocabulary drafter ships no
+# `d2t` (a server refuses it), and a reduced one must ship it: without it the parameter keeps
+# its zeros and draft id i is served as target id i. `t2d` is never read.
+DRAFT_TO_TARGET_KEY = "d2t"
+TARGET_TO_DRAFT_KEY = "t2d"
+
+
+def ships_draft_to_target(draft_vocab_size: int, target_vocab_size: int) -> bool:
+    """Whether vLLM's draft class has a `draft_id_to_target_id` for the export's `d2t`."""
+    return draft_vocab_size != target_vocab_size
+
+
+def draft_vocab_problems(names: set[str], draft_vocab_size: int, vocab_size: int) -> list[str]:
+    """Why vLLM's draft class would refuse (or misread) an export's vocabulary mapping."""
+    if DRAFT_TO_TARGET_KEY in names and not ships_draft_to_target(draft_vocab_size, vocab_size):
+        return [
+            f"d2t shipped for a draft vocabulary equal to the target's ({vocab_size}): vLLM's "
+            "draft class has no draft_id_to_target_id parameter then and refuses the weights "
+            "(llama_eagle3.py, deepseek_eagle3.py, qwen3_dflash.py load_weights); write none"
+        ]
+    return []
+
+
 # DFlash (arXiv 2602.06036). Two layouts load:
 # - speculators (`algos.py` `update_dflash`): `speculators_model_type: "dflash"`, the fused
 #   layers in `aux_hidden_state_layer_ids` (HF index: copied to

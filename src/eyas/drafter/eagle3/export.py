@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from eyas import __version__
 from eyas.backends.sglang import conventions as sglang
 from eyas.backends.vllm import conventions as vllm
@@ -128,6 +130,28 @@ def speculators_config(
         },
         "eyas": {"version": __version__, "method": d.method, "engine": "vllm"},
     }
+
+
+def exported_tensors(model: Any) -> dict[str, torch.Tensor]:
+    """The drafter's tensors as both layouts ship them: the float weights in bf16 (as servers
+    load them); the vocabulary mapping (`d2t` int64, `t2d` bool) only for a reduced draft
+    vocabulary: vLLM's draft classes have no parameter for `d2t` when the draft vocabulary is
+    the target's and refuse the weights (`vllm.ships_draft_to_target`), and SGLang reads a
+    missing `d2t` as the identity it would be (`sglang` conventions, "The draft vocabulary")."""
+    d = model.config
+    tensors = {
+        k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+        for k, v in model.state_dict().items()
+    }
+    if not vllm.ships_draft_to_target(d.draft_vocab_size, d.vocab_size):
+        d2t = tensors.pop(vllm.DRAFT_TO_TARGET_KEY)
+        tensors.pop(vllm.TARGET_TO_DRAFT_KEY)
+        if bool(d2t.any()):  # a whole vocabulary maps every id to itself
+            raise DrafterLoadError(
+                "the drafter's draft vocabulary is the whole target vocabulary but its d2t is "
+                "not the identity"
+            )
+    return tensors
 
 
 def is_sglang(cfg: dict) -> bool:
@@ -274,7 +298,8 @@ def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         return mla.expected_tensors(cfg, len(exported_aux_layers(cfg) or [None] * 3))
     layer = layer_config(cfg)
     h, v = layer.get("hidden_size"), layer.get("vocab_size")
-    dv, ht = cfg.get("draft_vocab_size"), cfg.get("target_hidden_size") or h
+    # an absent draft_vocab_size is the vocabulary's, as both engines and `read_config` read it
+    dv, ht = cfg.get("draft_vocab_size") or v, cfg.get("target_hidden_size") or h
     nh, nkv = layer.get("num_attention_heads"), layer.get("num_key_value_heads")
     hd = layer.get("head_dim") or (h // nh if h and nh else None)
     inter = layer.get("intermediate_size")
@@ -283,8 +308,6 @@ def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         "fc.weight": (h, n_aux * ht),
         "norm.weight": (h,),
         "lm_head.weight": (dv, h),
-        "d2t": (dv,),
-        "t2d": (v,),
         "embed_tokens.weight": (v, h),
         "midlayer.self_attn.q_proj.weight": (nh * hd, 2 * h),
         "midlayer.self_attn.k_proj.weight": (nkv * hd, 2 * h),
@@ -297,6 +320,8 @@ def expected_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         "midlayer.hidden_norm.weight": (h,),
         "midlayer.post_attention_layernorm.weight": (h,),
     }
+    if vllm.ships_draft_to_target(dv, v):
+        out.update({vllm.DRAFT_TO_TARGET_KEY: (dv,), vllm.TARGET_TO_DRAFT_KEY: (v,)})
     if (is_speculators(cfg) and cfg.get(vllm.FC_NORM_KEY)) or (
         is_sglang(cfg) and (cfg.get(sglang.FC_NORM_KEY) or cfg.get(sglang.LEGACY_FC_NORM_KEY))
     ):

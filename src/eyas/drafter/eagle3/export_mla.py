@@ -204,8 +204,8 @@ def expected_tensors(cfg: dict, n_aux: int) -> dict[str, tuple[int, ...]]:
         out[a + "q_b_proj.weight"] = (nh * (nope + rope), ql)
     else:
         out[a + "q_proj.weight"] = (nh * (nope + rope), 2 * h)
-    if dv != v:
-        out.update({"d2t": (dv,), "t2d": (v,)})
+    if vllm.ships_draft_to_target(dv, v):
+        out.update({vllm.DRAFT_TO_TARGET_KEY: (dv,), vllm.TARGET_TO_DRAFT_KEY: (v,)})
     if cfg.get(vllm.FC_NORM_KEY):
         out.update({f"fc_norm.{i}.weight": (ht,) for i in range(n_aux)})
     return out

@@ -103,6 +103,7 @@ class Eagle3Method(DraftMethod):
             fc_norm=self.v31,
             norm_output=self.v31,
             attention=attention,
+            draft_head=getattr(train_cfg, "draft_head", "trained"),
             **(asdict(mla) if mla is not None else {}),
             extra={"shape": why},
         )
@@ -115,10 +116,15 @@ class Eagle3Method(DraftMethod):
         return Eagle3Drafter(config)
 
     def init_from_target(self, model, *, embedding, head, vocab) -> None:
+        """The target's embedding, the draft vocabulary, and the draft head as the target's
+        head rows of the draft ids (what speculators' `load_verifier_weights` does): trained
+        from there, or kept (`draft_head = "frozen"`)."""
         with torch.no_grad():
             model.embed_tokens.weight.copy_(embedding.float())
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
+            rows = model.draft_to_target().to(head.device)
+            model.lm_head.weight.copy_(head.index_select(0, rows).float())
 
     # -- training --------------------------------------------------------------------------
 
@@ -162,8 +168,8 @@ class Eagle3Method(DraftMethod):
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
         # the decoder layer is its own unit so its all-gather overlaps the root's; the loss
-        # calls the head chunk by chunk, outside forward
-        return [model.midlayer, model.lm_head]
+        # calls the head chunk by chunk, outside forward (a frozen head is in no unit)
+        return [model.midlayer] + ([model.lm_head] if model.lm_head.weight.requires_grad else [])
 
     # -- decoding --------------------------------------------------------------------------
 
@@ -187,12 +193,7 @@ class Eagle3Method(DraftMethod):
             config = layouts.sglang_config(d, target, engine_version)
         else:
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
-        # bf16 for the float weights as servers load them; d2t/t2d keep their types
-        tensors = {
-            k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
-            for k, v in model.state_dict().items()
-        }
-        return config, tensors
+        return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:
         return (
@@ -218,7 +219,8 @@ class Eagle3Method(DraftMethod):
 
     def complete_weights(self, weights, config: Eagle3Config, folder: Path, target_dir):
         """SGLang exports ship no embedding (the server takes the target's); a full-vocabulary
-        head ships no d2t/t2d."""
+        head ships no d2t/t2d; a checkpoint of a frozen draft head ships no head (it is the
+        target's rows of the draft ids)."""
         if "embed_tokens.weight" not in weights:
             weights["embed_tokens.weight"] = target_tensor(folder, target_dir, "embed")
         if "d2t" not in weights:  # a full-vocabulary head: identity mapping
@@ -229,6 +231,9 @@ class Eagle3Method(DraftMethod):
             t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
             t2d[torch.arange(config.draft_vocab_size) + weights["d2t"]] = True
             weights["t2d"] = t2d
+        if "lm_head.weight" not in weights and config.draft_head == "frozen":
+            rows = torch.arange(config.draft_vocab_size) + weights["d2t"]
+            weights["lm_head.weight"] = target_tensor(folder, target_dir, "head")[rows]
         return weights
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:

@@ -10,6 +10,7 @@ Tensor names and config fields follow SGLang's `LlamaForCausalLMEagle3`, so expo
     midlayer.*              one Llama decoder layer whose attention input is
                             [input_layernorm(embed) ; hidden_norm(fused)] (2H)
     norm, lm_head           final RMSNorm and the head over the draft vocabulary [Dv, H]
+                            (initialised from the target's rows; `draft_head` frozen or not)
     d2t, t2d                draft id -> target id offset; target-in-draft mask
 
 Training-time test (TTT): step 0 feeds the target's fused hidden states; step k >= 1 feeds the
@@ -64,6 +65,8 @@ class Eagle3Config:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # "frozen": the draft head keeps the target's rows it is initialised with (speculators')
+    draft_head: str = "trained"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -240,6 +243,7 @@ class Eagle3Drafter(nn.Module):
         self.midlayer = DecoderLayer(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.lm_head.weight.requires_grad_(cfg.draft_head != "frozen")
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
         self._register_load_state_dict_pre_hook(_speculators_names)
