@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import core_schema
 
 from eyas.drafter.dflash.options import DFlashOptions
+from eyas.drafter.dflash2.options import DFlash2Options
 from eyas.drafter.eagle3.options import Eagle3Options
 from eyas.errors import EyasError
 
@@ -453,7 +454,7 @@ def _drafter_method(value: str) -> str:
 
 # Each drafter method's own options (its package's `options` module): `TrainConfig` has their
 # fields and `eyas train` a flag per field. A new method adds its model here.
-METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions)
+METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions, DFlash2Options)
 
 
 def method_option_keys() -> tuple[str, ...]:
@@ -585,11 +586,11 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     )
     method: str = Field(
         "eagle3",
-        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output) "
-        "or dflash",
+        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output), "
+        "dflash or dflash2 (DFlash with convolutions and a candidate selector)",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash, DFlash2: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
@@ -681,7 +682,7 @@ class CaptureConfig(_Strict):
     method: str = Field(
         "eagle3",
         description="the drafter method the capture trains: its fused layers are captured "
-        "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash: its own spread)",
+        "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash, dflash2: their own spread)",
     )
     aux_layers: list[int] | None = Field(
         None, description="aux layer ids (default: the method's, see --method)"

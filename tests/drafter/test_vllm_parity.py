@@ -37,7 +37,7 @@ from test_real_kimi_layout import KIMI_K25_CONFIG
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-METHODS = ["eagle3", "eagle3.1", "dflash"]
+METHODS = ["eagle3", "eagle3.1", "dflash", "dflash2"]
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +119,12 @@ def test_vllm_serves_the_export_as_trained(shapes, method, shape_name, tmp_path,
     # the layers vLLM fuses (both model runners) are the ones trained on, and the block is
     # the trained one
     assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
-    if method == "dflash":
+    if method in ("dflash", "dflash2"):
         assert meta["num_speculative_tokens"] == model.config.block_size - 1
     # the magnitude is transformers' (1.0 for Kimi's mscale pair), not 0.1 ln f + 1
     assert meta["rotary_mscale"] == pytest.approx(
         model.layers[0].self_attn.rotary.mscale
-        if method == "dflash"
+        if method in ("dflash", "dflash2")
         else model.midlayer.self_attn.rotary.mscale,
         rel=1e-6,
     )
@@ -217,3 +217,26 @@ def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(shapes, tmp_pa
     problems = mismatches(SIDES["eagle3"](model, inputs), theirs, inputs["rope_positions"])
     assert any(p.startswith("fc_input") for p in problems)
     assert torch.isfinite(theirs["logits"]).any()
+
+
+def test_a_defect_planted_in_dflash2_breaks_parity_with_vllm(shapes, tmp_path, vllm_python):
+    """The same comparison, eyas's side computed by copies of the drafter with a defect
+    planted (`test_dflash_reference.DFLASH2_MUTANTS`: a wrong mask, a dropped norm; the
+    convolution-across-blocks one has a single block here), each against vLLM's unchanged
+    forward: every one is caught."""
+    import copy
+
+    from test_dflash_reference import DFLASH2_MUTANTS
+
+    shape = shapes["toy_tiny"]
+    model = build_drafter(shape, "dflash2", tmp_path)
+    built = Built(model, export(model, shape, "vllm", tmp_path), shape, "dflash2", "vllm")
+    inputs = inputs_for(shape, model)
+    _, theirs = run_vllm(vllm_python, vllm_specs(built, inputs, tmp_path / "p"), tmp_path / "p")
+    assert mismatches(SIDES["dflash2"](model, inputs), theirs, inputs["rope_positions"]) == []
+    for name, mutate in DFLASH2_MUTANTS.items():
+        if name == "conv_across_blocks":
+            continue
+        planted = copy.deepcopy(model)
+        mutate(planted)
+        assert mismatches(SIDES["dflash2"](planted, inputs), theirs, inputs["rope_positions"]), name

@@ -169,9 +169,43 @@ def probe_dflash(model, vllm_config, inputs: dict, out: dict) -> None:
     normed = model(block, torch.arange(ctx_len, ctx_len + 1 + n))
     out["fc_input"] = fused_in
     out["logits"] = model.compute_logits(normed[1:])  # slot 0 is the bonus token
+    return normed[1:]
 
 
-PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
+def probe_dflash2(model, vllm_config, inputs: dict, out: dict) -> None:
+    """DFlash's block (with `DFlashGroupedConv` around each sublayer), then what
+    `DFlash2Speculator._generate_draft` does with its drafted slots: `compute_candidates` (the
+    head's top K), the selector's edges (`CandidateSelector.forward`, the bonus token the
+    anchor) and the greedy walk of `_selector_walk_kernel` (a Triton kernel, restated here:
+    start at row 0, take each row's argmax, follow it to the next slot's row)."""
+    hidden = probe_dflash(model, vllm_config, inputs, out)
+    candidates, unary = model.compute_candidates(hidden)
+    edges = model.model.candidate_selector(
+        candidates[None], unary[None], hidden[None], inputs["bonus"].view(1)
+    )[0]
+    tokens, previous = [], 0
+    for step in range(edges.shape[0]):
+        index = int(edges[step, previous].argmax())
+        tokens.append(int(candidates[step, index]))
+        previous = index
+    out["candidates"] = candidates.float()
+    out["edges"] = edges
+    out["walk"] = torch.tensor(tokens).float()
+
+
+def allow_candidate_heads_on_cpu() -> None:
+    """vLLM refuses a DFlash2 drafter unless its V2 model runner (Triton) drafts with it
+    (`config/vllm.py` `_get_v1_model_runner_unsupported_features`: "DFlash candidate-head
+    drafts"); this probe builds the model classes that runner would, without a runner."""
+    from vllm.config.vllm import VllmConfig
+
+    unsupported = VllmConfig._get_v1_model_runner_unsupported_features
+    VllmConfig._get_v1_model_runner_unsupported_features = lambda self: [
+        f for f in unsupported(self) if f != "DFlash candidate-head drafts"
+    ]
+
+
+PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash, "dflash2": probe_dflash2}
 
 
 def main(spec_path: str) -> None:
@@ -192,6 +226,8 @@ def main(spec_path: str) -> None:
         patch()
     if spec.get("grouped_rms_norm_reference"):
         grouped_rms_norm_reference()
+    if spec["method"] == "dflash2":
+        allow_candidate_heads_on_cpu()
     # the loader frees accelerator memory after loading; this process has no accelerator (a
     # vLLM CPU server never reaches that call from its worker)
     torch.accelerator.empty_cache = lambda: None
