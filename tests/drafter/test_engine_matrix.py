@@ -111,8 +111,12 @@ def eyas_refusal(cell: Cell) -> str | None:
 def sglang_refusal(cell: Cell, version: str) -> str | None:
     """The reason eyas refuses an SGLang export of a built cell (None: it writes one).
     EAGLE-3.1 needs `llama_eagle3.py` 0.5.12 (`EAGLE3_1_SINCE`) and `kimi_k25_eagle3.py`
-    0.5.23 (`EAGLE3_1_MLA_SINCE`); on a DeepSeek/Kimi target a first fused HF layer of 1 has no
+    0.5.23 (`EAGLE3_1_MLA_SINCE`), DFlash2 `DFlash2DraftModel` 0.5.19; on a DeepSeek/Kimi target a first fused HF layer of 1 has no
     SGLang id from 0.5.13 on (the toy's 4 layers fuse HF 1, 2, 3)."""
+    if cell.method == "dflash2":  # `models/dflash.py` DFlash2DraftModel (`DFLASH2_SINCE`)
+        if not sglang.version_at_least(version, sglang.DFLASH2_SINCE):
+            return "export_unsupported"
+        return None
     if not cell.method.startswith("eagle3"):
         return None
     since = sglang.EAGLE3_1_MLA_SINCE if cell.attention == "mla" else sglang.EAGLE3_1_SINCE
@@ -376,10 +380,14 @@ def test_sglang_loads_the_cell_as_trained_or_eyas_refuses_it(written, cell, vers
         built, loaded, hot, warned = sglang_mla_load(version, cfg, tensors)
         assert not warned and set(loaded) == built, (cell.id, built ^ set(loaded))
         _hot_tokens(hot, w.model, reduced)
-    elif arch == [sglang.DFLASH_ARCHITECTURE]:
+    elif arch in ([sglang.DFLASH_ARCHITECTURE], [sglang.DFLASH2_ARCHITECTURE]):
         utils = load(version, "sglang/srt/speculative/dflash_utils.py")
         parsed = utils.parse_dflash_draft_config(draft_hf_config=cfg)
         assert parsed.block_size == d.block_size and parsed.mask_token_id == d.mask_token_id
+        if arch == [sglang.DFLASH2_ARCHITECTURE]:  # what DFlash2DraftModel.__init__ reads
+            keys = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+            assert [getattr(parsed, k) for k in keys] == [getattr(d, k) for k in keys]
+            assert parsed.selector_rank  # DFlash2DraftModel refuses a config without one
         capture = method_of(version, *QWEN3, "set_dflash_layers_to_capture")
         target = types.SimpleNamespace(
             pp_group=types.SimpleNamespace(is_last_rank=True), model=types.SimpleNamespace()

@@ -37,7 +37,7 @@ from test_real_kimi_layout import KIMI_K25_CONFIG
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-METHODS = ["eagle3", "eagle3.1", "dflash"]  # the methods Kimi-K2.5's drafters are trained with
+METHODS = ["eagle3", "eagle3.1", "dflash", "dflash2"]
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +129,11 @@ def test_vllm_serves_the_real_kimi_shape_as_trained(kimi_real_runs, shape_name, 
     ours = SIDES[side_of(method)](model, inputs)
     assert mismatches(ours, theirs, inputs["rope_positions"]) == [], (shape_name, method)
     assert meta["aux_layers"] == meta["aux_layers_v2_runner"] == model.config.aux_layer_ids
-    if method == "dflash":
+    if method in ("dflash", "dflash2"):
         assert meta["num_speculative_tokens"] == model.config.block_size - 1
-    rotary = (model.layers[0] if method == "dflash" else model.midlayer).self_attn.rotary
+    rotary = (
+        model.layers[0] if method in ("dflash", "dflash2") else model.midlayer
+    ).self_attn.rotary
     assert meta["rotary_mscale"] == pytest.approx(rotary.mscale, rel=1e-6)
     if shape_name == "kimi_real_mla":
         assert meta["architecture"] == "Eagle3DeepseekV2ForCausalLM"  # the V3 name: an alias
@@ -152,6 +154,7 @@ CASES = {
     ),
     "zlab": ("kimi_toy", "dflash", "sglang", {}, {}),
     "sglang_eagle3": ("toy_tiny", "eagle3", "sglang", {}, {}),
+    "dflash2_mutants": ("toy_tiny", "dflash2", "vllm", {}, {}),
 }  # fmt: skip
 
 
@@ -221,3 +224,22 @@ def test_the_sglang_eagle3_layout_loaded_by_vllm_is_one_layer_off(runs):
     assert meta["aux_layers_v2_runner"] is None
     assert any(p.startswith("fc_input") for p in _problems("eagle3", runs["sglang_eagle3"]))
     assert torch.isfinite(theirs["logits"]).any()
+
+
+def test_a_defect_planted_in_dflash2_breaks_parity_with_vllm(runs):
+    """The same comparison, eyas's side computed by copies of the drafter with a defect
+    planted (`test_dflash_reference.DFLASH2_MUTANTS`: a wrong mask, a dropped norm; the
+    convolution-across-blocks one has a single block here), each against vLLM's unchanged
+    forward: every one is caught."""
+    import copy
+
+    from test_dflash_reference import DFLASH2_MUTANTS
+
+    model, inputs, _, theirs = runs["dflash2_mutants"]
+    assert _problems("dflash2", runs["dflash2_mutants"]) == []
+    for name, mutate in DFLASH2_MUTANTS.items():
+        if name == "conv_across_blocks":
+            continue
+        planted = copy.deepcopy(model)
+        mutate(planted)
+        assert mismatches(SIDES["dflash2"](planted, inputs), theirs, inputs["rope_positions"]), name

@@ -186,9 +186,31 @@ def probe_dflash(model, vllm_config, inputs: dict, out: dict) -> None:
     normed = model(block, torch.arange(ctx_len, ctx_len + 1 + n))
     out["fc_input"] = fused_in
     out["logits"] = model.compute_logits(normed[1:])  # slot 0 is the bonus token
+    return normed[1:]
 
 
-PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
+def probe_dflash2(model, vllm_config, inputs: dict, out: dict) -> None:
+    """DFlash's block (with `DFlashGroupedConv` around each sublayer), then what
+    `DFlash2Speculator._generate_draft` does with its drafted slots: `compute_candidates` (the
+    head's top K), the selector's edges (`CandidateSelector.forward`, the bonus token the
+    anchor) and the greedy walk of `_selector_walk_kernel` (a Triton kernel, restated here:
+    start at row 0, take each row's argmax, follow it to the next slot's row)."""
+    hidden = probe_dflash(model, vllm_config, inputs, out)
+    candidates, unary = model.compute_candidates(hidden)
+    edges = model.model.candidate_selector(
+        candidates[None], unary[None], hidden[None], inputs["bonus"].view(1)
+    )[0]
+    tokens, previous = [], 0
+    for step in range(edges.shape[0]):
+        index = int(edges[step, previous].argmax())
+        tokens.append(int(candidates[step, index]))
+        previous = index
+    out["candidates"] = candidates.float()
+    out["edges"] = edges
+    out["walk"] = torch.tensor(tokens).float()
+
+
+PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash, "dflash2": probe_dflash2}
 
 
 def probe(spec: dict) -> dict:

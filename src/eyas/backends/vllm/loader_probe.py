@@ -77,6 +77,24 @@ def _not_loaded_by_design(name: str) -> bool:
     return name.endswith((".W_UK_T", ".W_UV")) or name == "model.mask_embedding"
 
 
+def _allow_candidate_heads_without_runner() -> None:
+    """vLLM refuses a DFlash2 drafter unless its V2 model runner (Triton) drafts with it
+    (`config/vllm.py` `_get_v1_model_runner_unsupported_features`: "DFlash candidate-head
+    drafts"): a runner feature, not a loader rule. This probe builds the model classes that
+    runner would, without a runner, so a DFlash2 export is loaded and checked on CPU too."""
+    from vllm.config.vllm import VllmConfig
+
+    unsupported = VllmConfig._get_v1_model_runner_unsupported_features
+    if getattr(unsupported, "eyas_allows_candidate_heads", False):
+        return
+
+    def without_candidate_heads(self) -> list:
+        return [f for f in unsupported(self) if f != "DFlash candidate-head drafts"]
+
+    without_candidate_heads.eyas_allows_candidate_heads = True  # type: ignore[attr-defined]
+    VllmConfig._get_v1_model_runner_unsupported_features = without_candidate_heads
+
+
 @contextlib.contextmanager
 def draft_model(case: dict) -> Iterator[tuple[Any, Any, dict]]:
     """(vLLM's draft model, its VllmConfig, what vLLM made of the export), with that config
@@ -92,6 +110,7 @@ def draft_model(case: dict) -> Iterator[tuple[Any, Any, dict]]:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     _record_loaded_weights()
+    _allow_candidate_heads_without_runner()
     # the loader frees accelerator memory after loading; a CPU process has no accelerator (a
     # vLLM CPU server never reaches that call from its worker)
     if not torch.cuda.is_available():

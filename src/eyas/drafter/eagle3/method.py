@@ -13,7 +13,8 @@ from torch import nn
 from eyas.drafter.eagle3 import export as layouts
 from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
-from eyas.drafter.eagle3.train import step_mask, ttt_loss
+from eyas.drafter.eagle3.train import step_mask, ttt_loss, ttt_loss_fast
+from eyas.drafter.fast_path import fast_path_on, sharded
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -106,6 +107,7 @@ class Eagle3Method(DraftMethod):
             fc_norm=self.v31,
             norm_output=self.v31,
             attention=attention,
+            draft_head=getattr(train_cfg, "draft_head", "trained"),
             **(asdict(mla) if mla is not None else {}),
             extra={"shape": why},
         )
@@ -118,10 +120,15 @@ class Eagle3Method(DraftMethod):
         return Eagle3Drafter(config)
 
     def init_from_target(self, model, *, embedding, head, vocab) -> None:
+        """The target's embedding, the draft vocabulary, and the draft head as the target's
+        head rows of the draft ids (what speculators' `load_verifier_weights` does): trained
+        from there, or kept (`draft_head = "frozen"`)."""
         with torch.no_grad():
             model.embed_tokens.weight.copy_(embedding.float())
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
+            rows = model.draft_to_target().to(head.device)
+            model.lm_head.weight.copy_(head.index_select(0, rows).float())
 
     # -- training --------------------------------------------------------------------------
 
@@ -129,11 +136,8 @@ class Eagle3Method(DraftMethod):
         return train_cfg.ttt
 
     def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
-        counts = torch.tensor(
-            [float(step_mask(supervised, k).sum()) for k in range(train_cfg.ttt)],
-            dtype=torch.float64,
-        )
-        return Prepared(input_ids, supervised, counts, {})
+        counts = torch.stack([step_mask(supervised, k).sum() for k in range(train_cfg.ttt)])
+        return Prepared(input_ids, supervised, counts.to("cpu", torch.float64), {})
 
     def loss(
         self,
@@ -150,12 +154,15 @@ class Eagle3Method(DraftMethod):
         # index j reads x_{j+1} and the target's h_j
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
         ac = checkpointing_on(train_cfg, ids.shape[1])
-        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac)
-        return ttt_loss(
+        fast = fast_path_on(train_cfg, ids.device)
+        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=fast)
+        head = raw_model.lm_head.weight
+        loss = ttt_loss_fast if fast and not sharded(head) else ttt_loss
+        return loss(
             step_hidden,
             teacher,
             prepared.supervised,
-            raw_model.lm_head,
+            head if loss is ttt_loss_fast else raw_model.lm_head,
             raw_model.draft_to_target(),
             raw_model.t2d,
             normalizer,
@@ -165,8 +172,8 @@ class Eagle3Method(DraftMethod):
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
         # the decoder layer is its own unit so its all-gather overlaps the root's; the loss
-        # calls the head chunk by chunk, outside forward
-        return [model.midlayer, model.lm_head]
+        # calls the head chunk by chunk, outside forward (a frozen head is in no unit)
+        return [model.midlayer] + ([model.lm_head] if model.lm_head.weight.requires_grad else [])
 
     # -- decoding --------------------------------------------------------------------------
 
@@ -216,7 +223,8 @@ class Eagle3Method(DraftMethod):
 
     def complete_weights(self, weights, config: Eagle3Config, folder: Path, target_dir):
         """SGLang exports ship no embedding (the server takes the target's); a full-vocabulary
-        head ships no d2t/t2d."""
+        head ships no d2t/t2d; a checkpoint of a frozen draft head ships no head (it is the
+        target's rows of the draft ids)."""
         if "embed_tokens.weight" not in weights:
             weights["embed_tokens.weight"] = target_tensor(folder, target_dir, "embed")
         if "d2t" not in weights:  # a full-vocabulary head: identity mapping
@@ -227,6 +235,9 @@ class Eagle3Method(DraftMethod):
             t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
             t2d[torch.arange(config.draft_vocab_size) + weights["d2t"]] = True
             weights["t2d"] = t2d
+        if "lm_head.weight" not in weights and config.draft_head == "frozen":
+            rows = torch.arange(config.draft_vocab_size) + weights["d2t"]
+            weights["lm_head.weight"] = target_tensor(folder, target_dir, "head")[rows]
         return weights
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:

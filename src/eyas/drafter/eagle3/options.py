@@ -16,3 +16,9 @@ class Eagle3Options(BaseModel):
         description="eagle3/eagle3.1 drafter attention: mha (Llama layer) or mla (DeepSeek-V3 "
         "latent attention, dims from the target; default for MLA targets such as Kimi-K2.5)",
     )
+    draft_head: Literal["trained", "frozen"] = Field(
+        "trained",
+        description="eagle3/eagle3.1: the draft head (lm_head over the draft vocabulary), "
+        "initialised from the target's head rows either way: trained with the drafter, or "
+        "frozen (speculators' choice; fewer trainable parameters and FLOPs)",
+    )
