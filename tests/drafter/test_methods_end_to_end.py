@@ -42,8 +42,6 @@ def test_train_export_eval(tmp_path, toy_tiny, toy_samples, method):
         8,
         "--ttt",
         3,
-        "--draft-vocab",
-        400,
         "--batch-tokens",
         3000,
         "--lr",

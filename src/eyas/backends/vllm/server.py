@@ -40,7 +40,7 @@ from eyas.backends.vllm.conventions import (
     float32_mla_args,
     text_only_args,
 )
-from eyas.errors import EyasError
+from eyas.errors import EyasError, RefusedError
 
 if TYPE_CHECKING:
     from eyas.hf_models import TargetModel
@@ -285,6 +285,9 @@ def _speculative_config(cfg: Any, scratch: Path, float32: bool) -> dict[str, Any
     if not loadable:
         folder = export_drafter(folder, "vllm", scratch / "vllm-drafter", cfg.target, cfg.k)
     method = method_reading(read_json_object(folder / "config.json"))
+    refusal = method.vllm_refusal()
+    if refusal:
+        raise RefusedError("engine_unsupported", refusal)
     spec = method.vllm_speculative_config(folder, cfg.k)
     if float32 and is_mla(read_json_object(folder / "config.json")):
         spec.update(FLOAT32_MLA_DRAFTER)  # the drafter picks its own attention backend

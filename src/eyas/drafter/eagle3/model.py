@@ -94,28 +94,33 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
         self.rotary = Rotary(d, cfg.rope_theta, cfg.rope_scaling)
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor):
-        """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA)."""
+    def project(self, x: torch.Tensor, positions: torch.Tensor, repeat: bool = True):
+        """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA), or [B, kv, T, d]
+        with `repeat=False` (the fast path's kernel reads each kv head for its group)."""
         q = split_heads(self.q_proj(x), self.h, self.d)
         k = split_heads(self.k_proj(x), self.kv, self.d)
         v = split_heads(self.v_proj(x), self.kv, self.d)
         q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
         rep = self.h // self.kv
+        if not repeat or rep == 1:
+            return q, k, v
         return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
 
     def output(self, out: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
 
-    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
+    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]], fast=False):
         """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
         causally, later steps' only on the diagonal (same index j). Returns (output, k, v);
         the caller keeps k, v (the list is read, never appended to: FSDP2 rebuilds a unit's
-        argument containers, so an append inside a unit would be lost)."""
-        q, k, v = self.project(x, positions)
+        argument containers, so an append inside a unit would be lost). `fast`: the fast
+        path's attention (`ttt_attention_fast`; k, v keep their kv heads)."""
+        q, k, v = self.project(x, positions, repeat=not fast)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
-        out = self.output(ttt_attention(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
+        attend = ttt_attention_fast if fast else ttt_attention
+        out = self.output(attend(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
         return out, k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
@@ -190,6 +195,51 @@ def ttt_attention(
     return (num / den).to(q.dtype)
 
 
+def ttt_attention_fast(
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    diagonal: list[tuple[torch.Tensor, torch.Tensor]],
+    scale: float,
+) -> torch.Tensor:
+    """`ttt_attention`'s function on the fast path: the same softmax over {step-0 keys at
+    positions <= j} ∪ {step-s keys at j}, merged through the causal part's log-sum-exp.
+
+    With (O, L) the causal kernel's normalised output and log-sum-exp (`eyas.drafter.flex`,
+    differentiable in both) and d_s = q_j . k_s,j * scale the diagonal scores:
+        out = (e^L O + Σ_s e^(d_s) v_s) / (e^L + Σ_s e^(d_s)),
+    computed with m = max(L, d_s) subtracted. Keys and values keep their kv heads (GQA: each
+    query head reads its group's, through views), values may be narrower than the keys (MLA),
+    and nothing wider than the softmax statistics ([B, h, T] and [B, h, T, S]) is fp32: the
+    output is a weighted sum of bf16 tensors under bf16.
+
+    q: [B, h, T, dq]; k0, v0 and each diagonal pair: [B, kv, T, dq] / [B, kv, T, dv], kv
+    dividing h. Returns [B, h, T, dv] in v0's dtype.
+    """
+    from eyas.drafter.flex import causal_attention
+
+    out, lse = causal_attention(q, k0, v0, scale)
+    if not diagonal:
+        return out
+    b, h, t, _ = q.shape
+    kv = k0.shape[1]
+    groups = (b, kv, h // kv, t)
+    qg = q.unflatten(1, (kv, h // kv))  # [B, kv, rep, T, dq], a view
+    scores = torch.stack(
+        [(qg * ks.unsqueeze(2)).sum(-1).float() * scale for ks, _ in diagonal], -1
+    )  # [B, kv, rep, T, S]
+    lse = lse.float().view(groups)
+    top = torch.maximum(lse, scores.amax(-1)).detach()
+    causal_w = torch.exp(lse - top)
+    diag_w = torch.exp(scores - top[..., None])
+    den = causal_w + diag_w.sum(-1)
+    dtype = out.dtype
+    merged = out.unflatten(1, (kv, h // kv)) * (causal_w / den)[..., None].to(dtype)
+    for s, (_, vs) in enumerate(diagonal):
+        merged = merged + vs.unsqueeze(2) * (diag_w[..., s] / den)[..., None].to(dtype)
+    return merged.flatten(1, 2)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: Eagle3Config):
         super().__init__()
@@ -214,10 +264,10 @@ class DecoderLayer(nn.Module):
         h = residual + attn_out
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def forward(self, embeds, hidden, positions, cache):
+    def forward(self, embeds, hidden, positions, cache, fast=False):
         """One TTT step of the layer: (output, this step's k, v)."""
         x, residual = self._inputs(embeds, hidden)
-        out, k, v = self.self_attn(x, positions, cache)
+        out, k, v = self.self_attn(x, positions, cache, fast=fast)
         return self._finish(residual, out), k, v
 
     def cached(self, embeds, hidden, positions, past_k, past_v, mask):
@@ -263,10 +313,11 @@ class Eagle3Drafter(nn.Module):
     def _fed_back(self, normed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return normed if self.config.norm_output else out
 
-    def step(self, input_ids, hidden, positions, cache):
+    def step(self, input_ids, hidden, positions, cache, fast=False):
         """One TTT step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
         head [B, T, H], hidden for the next step [B, T, H])."""
-        out, k, v = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        embeds = self.embed_tokens(input_ids)
+        out, k, v = self.midlayer(embeds, hidden, positions, cache, fast=fast)
         cache.append((k, v))  # here, in the root module, not inside the layer's unit
         normed = self.norm(out)
         return normed, self._fed_back(normed, out)
@@ -284,11 +335,11 @@ class Eagle3Drafter(nn.Module):
         """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
         return self.lm_head(normed)
 
-    def _step_alone(self, input_ids, hidden, positions, *cached):
+    def _step_alone(self, input_ids, hidden, positions, *cached, fast=False):
         """`step` as a function of its inputs (the earlier steps' keys and values flattened),
         returning this step's k, v too: what activation checkpointing recomputes."""
         cache = [(cached[i], cached[i + 1]) for i in range(0, len(cached), 2)]
-        normed, fed_back = self.step(input_ids, hidden, positions, cache)
+        normed, fed_back = self.step(input_ids, hidden, positions, cache, fast=fast)
         return normed, fed_back, *cache[-1]
 
     def forward(
@@ -297,6 +348,7 @@ class Eagle3Drafter(nn.Module):
         aux_hidden: torch.Tensor,
         ttt_steps: int,
         checkpoint_layers: bool = False,
+        fast: bool = False,
     ):
         """Unrolled TTT forward.
 
@@ -306,6 +358,7 @@ class Eagle3Drafter(nn.Module):
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
             checkpoint_layers: keep only each step's outputs and keys/values, and recompute
                 the layer's inside in backward (activation checkpointing, per TTT step).
+            fast: the fast path's attention (`ttt_attention_fast`), same function.
 
         Returns:
             list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
@@ -322,11 +375,12 @@ class Eagle3Drafter(nn.Module):
             if checkpoint_layers and torch.is_grad_enabled():
                 flat = [x for kv in cache for x in kv]
                 normed, hidden, k_s, v_s = checkpoint(
-                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False
-                )
+                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False,
+                    fast=fast,
+                )  # fmt: skip
                 cache.append((k_s, v_s))
             else:
-                normed, hidden = self.step(ids_k, hidden, positions, cache)
+                normed, hidden = self.step(ids_k, hidden, positions, cache, fast=fast)
             per_step.append(normed)
         return per_step
 
