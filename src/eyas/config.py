@@ -641,7 +641,7 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
         from eyas.drafter.registry import get_method
 
         kinds = get_method(self.method).attentions()  # the method owns its attention kinds
-        if self.attention not in kinds:
+        if self.attention is not None and self.attention not in kinds:
             raise ValueError(
                 f"--attention {self.attention} is not one of {self.method}'s ({', '.join(kinds)}): "
                 "no engine has such a draft model (vLLM qwen3_dflash.py and SGLang dflash.py "
