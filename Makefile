@@ -19,6 +19,8 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	bash tools/bench_data.sh $(BIN)/python  # benchmark prompt sets into $$EYAS_CACHE (once)
+	# ShareGPT besides them: bench_real_quality's training prompts (bench/real_prompts.py)
+	bash tools/prompt_data.sh $(BIN)/python
 	# the real target of the `real` tier: fetched and converted once, cached under $$EYAS_CACHE
 	bash tools/smollm2.sh $(BIN)/python
 	# SGLang's own rope/layer-id/DFlash-config sources (two wheels, unpacked in part) for the

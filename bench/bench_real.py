@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,13 +46,9 @@ from pathlib import Path
 import torch
 from bench_local_generate import smollm2_dir
 from bench_train import timed
-from peers import ROOT, speculators_venv, vllm_python
-from safetensors.torch import save_file
+from real_pipeline import capture, cli, export_captured_batches, generate, peer_train, served
 
-from eyas.backends.vllm.options import VLLMOptions
-from eyas.backends.vllm.server import VLLMServer
 from eyas.config import TrainConfig
-from eyas.hf_models import target_model
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
 from eyas.sources.run import convert_file
@@ -62,20 +57,6 @@ from eyas.train.loop import Trainer
 
 CHAT = ("b4_sharegpt", "b5_ultrachat", "b6_math", "b7_code", "b8_reasoning")
 TRAIN_SEED, HELDOUT_SEED = 21, 77
-
-
-def cli(*args, log: Path) -> float:
-    """Run `eyas ...` as a user would; the seconds it took. Output goes to `log`."""
-    t0 = time.perf_counter()
-    with log.open("a") as f:
-        f.write(f"$ eyas {' '.join(map(str, args))}\n")
-        f.flush()
-        rc = subprocess.run(
-            [sys.executable, "-m", "eyas.cli", *map(str, args)], stdout=f, stderr=subprocess.STDOUT
-        ).returncode
-    if rc != 0:
-        raise SystemExit(f"eyas {args[0]} failed ({rc}); see {log}")
-    return time.perf_counter() - t0
 
 
 def prepare(model: Path, root: Path, rows: int, seed: int, skip: set[str]) -> tuple[Path, int]:
@@ -120,93 +101,20 @@ def train_cfg(args, model: Path, out: Path, steps: int, **kw) -> TrainConfig:
     )
 
 
-PEER_KEYS = (
-    "input_ids",
-    "hidden_states",
-    "verifier_last_hidden_states",
-    "loss_mask",
-    "position_ids",
-)
-
-
-def export_captured_batches(trainer: Trainer, steps: int, path: Path, meta_path: Path) -> None:
-    """The batches of steps 0..steps-1 of a from-capture Trainer, for speculators: each
-    sequence once, from the same stored states eyas reads (aux layers, and the last layer
-    before the final norm, which speculators applies itself), shifted as speculators'
-    `shift_batch` does (x_{j+1}, g_j, y_{j+1}); the steps as lists of sequence indices,
-    packed into one row with document ids by the peer. The loss mask is eyas's (index j trains
-    x_{j+2}) so both train the same positions; the learning rate of every step is eyas's."""
-    target = trainer.target
-    n_aux = len(target.aux_layers)
-    tensors: dict[str, torch.Tensor] = {
-        "t2d": trainer.raw_model.t2d.clone(),
-        "d2t": trainer.raw_model.d2t.clone(),
-    }
-    index: dict[str, int] = {}
-    batches = []
-    for s in range(steps):
-        seqs, weight = trainer._batch_at(s)
-        assert weight == 1.0  # one process: every batch has sequences
-        for q in seqs:
-            if q.id in index:
-                continue
-            n = len(q.ids)
-            states = target.reader.read(q.source, n).float()  # [n, n_aux + 1, H]
-            i = index[q.id] = len(index)
-            sup = torch.tensor([*q.supervised, 0])
-            tensors[f"{i}.input_ids"] = torch.tensor(q.ids[1:n])
-            tensors[f"{i}.hidden_states"] = states[: n - 1, :n_aux].reshape(n - 1, -1).clone()
-            tensors[f"{i}.verifier_last_hidden_states"] = states[1:n, n_aux].clone()
-            tensors[f"{i}.loss_mask"] = sup[2 : n + 1].to(torch.uint8)
-            tensors[f"{i}.position_ids"] = torch.arange(1, n)
-        batches.append([index[q.id] for q in seqs])
-    save_file(tensors, str(path))
-    cfg = trainer.cfg
-    meta_path.write_text(
-        json.dumps(
-            {
-                "steps": steps,
-                "keys": list(PEER_KEYS),
-                "sequences": len(index),
-                "batches": batches,
-                "draft_vocab_size": int(trainer.raw_model.config.draft_vocab_size),
-                "aux_layers": list(target.aux_layers),
-                "loss_decay": cfg.loss_decay,
-                "lr": cfg.lr,
-                "lr_factors": [trainer._lr_factor(s) for s in range(steps)],
-                "clip": cfg.clip,
-                "threads": torch.get_num_threads(),
-            }
-        )
-    )
-
-
-def peer_train(args, model: Path, captured: Trainer, work: Path) -> dict:
+def peer_train_all(args, model: Path, captured: Trainer, work: Path) -> dict:
     batches, meta = work / "peer_batches.safetensors", work / "peer_meta.json"
-    export_captured_batches(captured, args.steps, batches, meta)
-    cmd = [
-        speculators_venv() / "bin" / "python", ROOT / "bench" / "peer_speculators_train.py",
-        "--data", batches, "--meta", meta, "--verifier", model, "--ttt", args.ttt,
-        "--warmup", TIMING_WARMUP, "--save", work / "speculators",
-    ]  # fmt: skip
-    out = subprocess.run(
-        [str(c) for c in cmd],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    factors = [captured._lr_factor(s) for s in range(args.steps)]
+    export_captured_batches(captured, args.steps, batches, meta, factors)
+    out = peer_train(model, batches, meta, args.ttt, work / "speculators", TIMING_WARMUP)
     batches.unlink()  # one copy of the states is enough: the capture
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return out
 
 
-def served(args, model: Path, drafter: Path, source: list, out: Path, log: Path) -> dict:
-    cli(
-        "eval", "--target", model, "--drafter", drafter, *source, "--k", args.k,
-        "--max-new-tokens", args.eval_max_new_tokens, "--backend", "vllm",
-        "--vllm-python", vllm_python(), "--baseline", "--json", out, log=log,
+def served_all(args, model: Path, drafter: Path, source: list, out: Path, log: Path) -> dict:
+    return served(
+        model, drafter, source, out, log, "--k", args.k, "--max-new-tokens",
+        args.eval_max_new_tokens, "--baseline",
     )  # fmt: skip
-    return json.loads(out.read_text())
 
 
 TIMING_WARMUP = 2  # steps not timed (allocator and thread-pool warm-up)
@@ -278,7 +186,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     load_start = os.getloadavg()
-    model, vpy = smollm2_dir(), vllm_python()
+    model = smollm2_dir()
     stamp = json.loads((model.parent / "smollm2.json").read_text())
     work = args.workdir or Path(tempfile.mkdtemp(prefix="eyas-bench-real-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -290,27 +198,12 @@ def main() -> None:
 
     train_prep, n_train = prepare(model, work / "train", args.train_rows, TRAIN_SEED, set())
     gen = work / "generate"
-    server = VLLMOptions(python=vpy, max_model_len=4096)
-    if not (gen / "manifest.json").exists():  # a rerun on the same --workdir reuses the data
-        say(f"generating {n_train} conversations through vLLM")
-        t0 = time.perf_counter()
-        log = work / "vllm-generate.log"
-        with VLLMServer(server, target_model(model), dtype="float32", log_path=log) as started:
-            url = started.url
-            seconds["vllm_start"] = time.perf_counter() - t0
-            seconds["generate"] = cli(
-                "generate", "--model", model, "--backend", "vllm", "--url", url, "--input",
-                train_prep, "--out", gen, "--max-new-tokens", args.max_new_tokens,
-                "--temperature", "0", "--no-progress", log=log,
-            )  # fmt: skip
+    say(f"generating {n_train} conversations through vLLM (reused when done)")
+    seconds.update(generate(model, train_prep, gen, args.max_new_tokens, log))
     manifest = json.loads((gen / "manifest.json").read_text())["this_run"]
     cap = work / "capture"
-    if not (cap / "manifest.json").exists():
-        say("capturing through vLLM")
-        seconds["capture"] = cli(
-            "capture", "--target", model, "--data", gen, "--out", cap, "--backend", "vllm",
-            "--vllm-python", vpy, "--dtype", "float32", log=log,
-        )  # fmt: skip
+    say("capturing through vLLM (reused when done)")
+    seconds["capture"] = capture(model, gen, cap, log)
     cap_manifest = json.loads((cap / "manifest.json").read_text())
 
     for name in ("eyas-online", "eyas-captured", "eyas-vllm", "speculators"):
@@ -330,7 +223,7 @@ def main() -> None:
     if not args.no_peer:
         say(f"speculators on the same batches: {args.steps} steps")
         t0 = time.perf_counter()
-        peer = peer_train(args, model, captured, work)
+        peer = peer_train_all(args, model, captured, work)
         seconds["train_speculators"] = time.perf_counter() - t0
     captured.cleanup()
     say(f"eyas online: {args.online_steps} steps (timed)")
@@ -368,7 +261,7 @@ def main() -> None:
         for kind, source in sources.items():
             say(f"serving {name} in vLLM: {kind}")
             t0 = time.perf_counter()
-            r = served(args, model, path, source, work / f"eval-{name}-{kind}.json", log)
+            r = served_all(args, model, path, source, work / f"eval-{name}-{kind}.json", log)
             seconds[f"eval_{name}_{kind}"] = time.perf_counter() - t0
             results[name]["rows"].update(rows_of(r))
             results[name]["runs"][kind] = {

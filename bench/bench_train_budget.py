@@ -1,8 +1,9 @@
 """The per-GPU memory and throughput estimate (`eyas.train.budget`) at Kimi-K2.5 width, for
-1, 8 and 16 H200s (FSDP2, TTT 7, 16,384 tokens per rank per micro-batch, bf16), with the
-drafter's attention MHA (issue 28's drafter) and MLA (the target's), activation checkpointing
-off and on. Arithmetic, not a measurement: the same count `eyas train` prints at start, its
-activations from `eyas.drafter.memory.activation_elements_per_token`.
+1, 8 and 16 H200s (FSDP2, TTT 7, 16,384 tokens per rank per micro-batch, bf16, the fast path,
+the draft head trained), with the drafter's attention MHA (issue 28's drafter) and MLA (the
+target's), activation checkpointing off and on. Arithmetic, not a measurement: the same
+estimate `eyas train` prints at start (its memory calibrated on the 2026-12-04 H200 peaks and
+on traced ones, its throughput from the MFU measured there).
 
     .venv/bin/python bench/bench_train_budget.py
 """
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from eyas.drafter.memory import activation_elements_per_token
-from eyas.train.budget import ASSUMED_MFU, KIMI_MHA, KIMI_MLA, kimi_table
+from eyas.train.budget import ACTIVATION_FACTOR, KIMI_MHA, KIMI_MLA, MEASURED_MFU, kimi_table
 
 
 def main() -> None:
@@ -38,7 +39,9 @@ def main() -> None:
             f"{r['activations_gb']:>11}{r['total_gb']:>10}{r['tokens_per_s']:>10,}"
         )
     per_token = {
-        f"{name}_ac_{'on' if ac else 'off'}": 2 * activation_elements_per_token(shape, 7, ac)
+        f"{name}_ac_{'on' if ac else 'off'}": round(
+            ACTIVATION_FACTOR[("fast", name, ac)] * 2 * activation_elements_per_token(shape, 7, ac)
+        )
         for name, shape in (("mha", KIMI_MHA), ("mla", KIMI_MLA))
         for ac in (False, True)
     }
@@ -51,8 +54,9 @@ def main() -> None:
         "load_average": uptime,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "assumptions": {
-            "mfu": ASSUMED_MFU,
-            "activations": "eyas.drafter.memory.activation_elements_per_token x 2 B (bf16)",
+            "mfu": {"/".join(k): v for k, v in MEASURED_MFU.items()},
+            "activations": "eyas.drafter.memory.activation_elements_per_token x 2 B (bf16) x "
+            "the fast path's calibration factor",
             "peak_bf16_flops": 989e12,
             "ttt": 7,
             "tokens_per_rank": 16_384,

@@ -3,10 +3,15 @@ the batches they exported, on CPU (sdpa attention, eager KL loss; speculators on
 eyas's learning rate of every step when the batches carry it (`lr_factors`).
 
 Runs in the speculators venv (tools/speculators_env.sh), not in eyas's: speculators pins
-transformers <= 5.19. Called by bench_train.py and bench_real.py; prints one JSON object.
+transformers <= 5.19. Called by bench_train.py, bench_real.py and bench_real_quality.py;
+prints one JSON object.
 
     SPEC_VENV/bin/python bench/peer_speculators_train.py --data steps.safetensors \
-        --meta steps.json --verifier TOY_DIR --ttt 3
+        --meta steps.json --verifier TOY_DIR --ttt 3 [--resume STATE] [--state-out STATE]
+
+A learning curve trains in segments: `--state-out` writes the drafter's weights and AdamW's
+state (safetensors: `model.<param>`, `opt.<param>.<exp_avg|exp_avg_sq|step>`) after the
+segment, and the next segment starts from them with `--resume`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,31 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
+
+
+def save_state(model, opt, path: str) -> None:
+    """The weights and AdamW's state of every trained parameter, by parameter name."""
+    out = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        out[f"model.{name}"] = p.detach().contiguous()
+        for key, value in opt.state.get(p, {}).items():
+            out[f"opt.{name}.{key}"] = torch.as_tensor(value).detach().contiguous()
+    save_file(out, path)
+
+
+def load_state(model, opt, path: str) -> None:
+    state = load_file(path)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            p.copy_(state[f"model.{name}"])
+            keys = {k.rsplit(".", 1)[1] for k in state if k.startswith(f"opt.{name}.")}
+            if keys:
+                opt.state[p] = {k: state[f"opt.{name}.{k}"].clone() for k in keys}
 
 
 def step_batch(tensors: dict, meta: dict, s: int) -> dict:
@@ -41,6 +70,8 @@ def main() -> None:
     ap.add_argument("--ttt", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--save", default=None, help="save_pretrained the trained drafter here")
+    ap.add_argument("--resume", default=None, help="start from a --state-out file")
+    ap.add_argument("--state-out", default=None, help="write weights + AdamW state here")
     args = ap.parse_args()
 
     from peer_speculators_model import eagle3_peer
@@ -60,6 +91,8 @@ def main() -> None:
     )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=meta["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    if args.resume:
+        load_state(model, opt, args.resume)
     model.train()
     factors = meta.get("lr_factors")  # eyas's warmup + cosine, step by step (else constant)
     times, losses = [], []
@@ -87,6 +120,8 @@ def main() -> None:
     timed = times[args.warmup :]
     if args.save:  # speculators' own layout, which vLLM serves as an EAGLE-3 drafter
         model.save_pretrained(args.save)
+    if args.state_out:
+        save_state(model, opt, args.state_out)
     print(
         json.dumps(
             {

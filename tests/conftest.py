@@ -173,3 +173,18 @@ def kimi_toy() -> Path:
     from eyas.toy.build import build_toy
 
     return build_toy("kimi")
+
+
+@pytest.fixture(scope="session")
+def speculators_python() -> Path:
+    """python of speculators 0.9.0's venv (tools/speculators_env.sh: built once, cached)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        ["bash", str(root / "tools" / "speculators_env.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"

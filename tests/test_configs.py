@@ -161,6 +161,8 @@ def test_a_methods_options_live_in_its_package_and_each_is_a_train_flag():
     assert {m.__module__ for m in METHOD_OPTIONS} == {
         "eyas.drafter.eagle3.options",
         "eyas.drafter.dflash.options",
+        "eyas.drafter.dflash2.options",
+        "eyas.drafter.peagle.options",
     }
     declared_here = set(TrainConfig.__annotations__)
     keys = method_option_keys()

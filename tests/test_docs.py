@@ -121,3 +121,42 @@ def test_every_doc_is_listed_in_the_readme(doc: str) -> None:
 def test_readme_is_short() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def _curve_point(steps: int, seconds: float, al: float) -> dict:
+    return {
+        "steps": steps,
+        "train_seconds": seconds,
+        "cpu_seconds": 2 * seconds,
+        "acceptance_length": al,
+        "acceptance_rate_per_position": [al - 1, 0.1, 0.05],
+        "categories": {"math": {"acceptance_length": al + 0.25}, "chat": {"acceptance_length": al}},
+        "lossless": True,
+        "segment": {"load_average": [3.0, 2.0, 1.0]},
+    }
+
+
+def test_the_learning_curves_section_and_figure_read_the_results() -> None:
+    """bench_real_quality's section: every arm's figures, the goal at the last points and at
+    equal training time, decision arms against the default, and one line per arm in the
+    figure, through each point."""
+    bd = _doc_module()
+    arms = {
+        "eagle3": {"group": "main", "status": "plateau", "commits": ["abc"], "points": []},
+        "speculators": {"group": "main", "status": "running", "peer_of": "eagle3"},
+        "eagle3-ttt3": {"group": "decision", "status": "done", "commits": ["def"]},
+    }
+    arms["eagle3"]["points"] = [_curve_point(10, 100.0, 1.25), _curve_point(25, 250.0, 1.5)]
+    arms["speculators"]["points"] = [_curve_point(10, 150.0, 1.125), _curve_point(25, 375, 1.375)]
+    arms["eagle3-ttt3"]["points"] = [_curve_point(10, 50.0, 1.375)]
+    d = {"bench": "real_quality", "settings": {"k": 3, "lr": 1e-4}, "arms": arms}
+    text = "\n".join(bd.r_real_quality(d).lines)
+    assert "`eagle3` 1.5 (step 25) against `speculators` 1.375 (step 25): 1.09×, met" in text
+    # equal training time: the shorter curve's 250 s; speculators' point within it is step 10
+    assert "time (≤ 250 s): `eagle3` 1.5 (step 25), `speculators` 1.125 (step 10): 1.33×" in text
+    assert "`eagle3-ttt3` at step 10: 1.375; eagle3 at the same step 1.25 (1.10×)" in text
+    assert "| 10 | 100 | 200 | 3 | 1.25 | 0.25 / 0.1 / 0.05 | 1.25 | 1.5 | yes | – |" in text
+    assert "peak learning rate 0.0001" in text
+    svg = bd.curve_figure(d)
+    assert svg.count("<polyline") == 2 * 3  # against steps and against time, each arm
+    assert "speculators: 375, 1.375" in svg and "eagle3: 25, 1.500" in svg

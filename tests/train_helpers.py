@@ -3,10 +3,13 @@
 from eyas.config import TrainConfig
 
 # A short run on the toy tiny target that still learns: shared by every test that trains one.
+# It is sized down by steps, TTT depth and batch, never by what the export and the engines see:
+# the draft vocabulary is eyas's default (the toy's whole vocabulary), so the served and
+# end-to-end tests serve the drafter a user gets (issue 35: a default no test served shipped
+# unservable).
 TOY_TRAIN = dict(
     steps=6,
     ttt=3,
-    draft_vocab=400,
     max_len=1024,
     batch_tokens=3000,
     lr=3e-3,

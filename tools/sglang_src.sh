@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SGLang's own Python sources for the contract tests that run SGLang's code on CPU
-# (tests/backends/test_sglang_source.py): the rope, layer-id and DFlash-config functions, read
+# (tests/backends/test_sglang_source.py): the rope, layer-id and DFlash-config functions and the
+# DFlash2 convolution and selector, read
 # from two released wheels on PyPI: 0.5.12.post1 (the last before PR #25454's layer-id rule
 # and before YaRN read mscale/mscale_all_dim) and 0.5.23 (the newest at the time of writing).
 # Fetches each wheel alone (`pip download --no-deps`, pinned file and sha256), keeps only the
@@ -22,6 +23,7 @@ FILES=(
     sglang/srt/models/llama_eagle3.py
     sglang/srt/models/kimi_k25_eagle3.py
     sglang/srt/speculative/dflash_utils.py
+    sglang/srt/models/dflash.py
 )
 declare -A SHA=(
     [0.5.12.post1]=94b3f3cc6b97f1364f247b8d9c1d106ec63cf22c55d6b65bc40ff29b0206ef5f

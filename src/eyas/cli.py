@@ -476,6 +476,7 @@ def capture(cfg: CaptureConfig) -> None:
     "fsdp",
     "precision",
     "activation_checkpointing",
+    "fast_path",
     "checkpoint_every",
     "keep_last",
     "log_to",
@@ -562,14 +563,22 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
 
 @export_app.command("check")
 @_user_errors
-@schema_flags(ExportCheckConfig, Arg("path"), "target", "engine")
+@schema_flags(
+    ExportCheckConfig,
+    Arg("path"),
+    "target",
+    "engine",
+    "engine_python",
+    Flag("engine_python", "--vllm-python", help="the old name of --engine-python"),
+)
 def export_check_cmd(cfg: ExportCheckConfig) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions;
-    with --engine, that this engine reads its layout as the drafter was trained)."""
-    from eyas.export.validate import check_export
+    with --engine, that this engine reads its layout as the drafter was trained; vLLM's own
+    loader builds a vLLM export where vLLM is importable)."""
+    from eyas.export.validate import check_export, find_engine_python
 
     _given_target(cfg.target)
-    summary = check_export(cfg.path, cfg.target, cfg.engine)
+    summary = check_export(cfg.path, cfg.target, cfg.engine, find_engine_python(cfg.engine_python))
     for warning in summary.get("warnings", []):
         console.print(f"warning: {warning}")
     console.print(summary)
@@ -643,29 +652,13 @@ def eval_cmd(cfg: EvalConfig) -> None:
         if settings.decoding == "chain"
         else f"tree depth {cfg.k}, topk {cfg.topk}, {settings.num_draft_tokens} draft tokens"
     )
+    from eyas.evaluate.report import FIGURE_HEADER, figure_rows
+
     table = Table(
-        "dataset",
-        "prompts",
-        "acceptance_length",
-        "mean_accepted_drafts",
-        "per_position",
-        title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}",
+        *FIGURE_HEADER, title=f"eval ({cfg.backend}): {shape}, temperature {cfg.temperature}"
     )
-    for name, d in result.datasets.items():
-        table.add_row(
-            name,
-            str(d.prompts),
-            f"{d.acceptance_length:.3f}",
-            f"{d.mean_accepted_drafts:.3f}",
-            " ".join(f"{p:.2f}" for p in d.per_position),
-        )
-    table.add_row(
-        "all",
-        str(settings.prompts),
-        f"{result.acceptance_length:.3f}",
-        f"{result.mean_accepted_drafts:.3f}",
-        " ".join(f"{p:.2f}" for p in result.per_position),
-    )
+    for row in figure_rows(result):
+        table.add_row(*row)
     console.print(table)
     console.print("acceptance_length = tokens per target verify step, bonus included (SGLang)")
     if result.throughput:

@@ -23,7 +23,9 @@ from eyas.backends.engine import EngineOptions
 from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
 from eyas.drafter.dflash.options import DFlashOptions
+from eyas.drafter.dflash2.options import DFlash2Options
 from eyas.drafter.eagle3.options import Eagle3Options
+from eyas.drafter.peagle.options import PEagleOptions
 from eyas.errors import EyasError
 from eyas.options import Choices, check_urls
 from eyas.options import Strict as _Strict
@@ -405,7 +407,12 @@ def _drafter_method(value: str) -> str:
 
 # Each drafter method's own options (its package's `options` module): `TrainConfig` has their
 # fields and `eyas train` a flag per field. A new method adds its model here.
-METHOD_OPTIONS: tuple[type[BaseModel], ...] = (Eagle3Options, DFlashOptions)
+METHOD_OPTIONS: tuple[type[BaseModel], ...] = (
+    Eagle3Options,
+    DFlashOptions,
+    DFlash2Options,
+    PEagleOptions,
+)
 
 
 def method_option_keys() -> tuple[str, ...]:
@@ -525,6 +532,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
         "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
         "than 4096 tokens",
     )
+    fast_path: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="the fast training step (FlexAttention TTT attention, the teacher once per "
+        "micro-batch, the loss's gradient in forward; the same function as the reference "
+        "path); auto: on on CUDA",
+    )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto",
         description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "
@@ -538,11 +551,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     )
     method: str = Field(
         "eagle3",
-        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output) "
-        "or dflash",
+        description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output), "
+        "dflash, dflash2 (DFlash with convolutions and a candidate selector) or peagle (P-EAGLE: "
+        "EAGLE-3 drafting all positions in one forward)",
     )
     draft_layers: int | None = Field(
-        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash: default 2)"
+        None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash, DFlash2: default 2)"
     )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
@@ -583,10 +597,14 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     def _sources(self) -> TrainConfig:
         if self.method.startswith("eagle3") and (self.draft_layers or 1) != 1:
             raise ValueError("EAGLE-3 drafters have one decoder layer (draft_layers = 1)")
-        if self.method == "dflash" and self.attention == "mla":
+        from eyas.drafter.registry import get_method
+
+        kinds = get_method(self.method).attentions()  # the method owns its attention kinds
+        if self.attention is not None and self.attention not in kinds:
             raise ValueError(
-                "--attention mla is for eagle3/eagle3.1: no engine has an MLA DFlash draft "
-                "model (vLLM qwen3_dflash.py and SGLang dflash.py build Qwen3 layers)"
+                f"--attention {self.attention} is not one of {self.method}'s ({', '.join(kinds)}): "
+                "no engine has such a draft model (vLLM qwen3_dflash.py and SGLang dflash.py "
+                "build Qwen3 layers for DFlash and DFlash2)"
             )
         if self.hidden_states is None and self.data is None:
             raise ValueError("give --data (samples) or --hidden-states (an eyas capture)")
@@ -635,7 +653,7 @@ class CaptureConfig(_Strict):
     method: str = Field(
         "eagle3",
         description="the drafter method the capture trains: its fused layers are captured "
-        "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash: its own spread)",
+        "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash, dflash2: their own spread)",
     )
     aux_layers: list[int] | None = Field(
         None, description="aux layer ids (default: the method's, see --method)"
@@ -950,14 +968,29 @@ class ExportDrafterConfig(_Strict):
 class ExportCheckConfig(_Strict):
     """`eyas export check PATH`."""
 
-    path_keys: ClassVar = ("path", "target")
-    input_keys: ClassVar = ("path", "target")
+    path_keys: ClassVar = ("path", "target", "engine_python")
+    input_keys: ClassVar = ("path", "target", "engine_python")
 
     path: Path = Field(description="an exported drafter directory")
     target: Path | None = Field(None, description="target dir (default: from the export)")
     engine: ExportFormat | None = Field(
         None, description="the engine that will load it: refuse or warn on the other's layout"
     )
+    engine_python: Path | None = Field(
+        None,
+        description="python of the engine's install whose own loader builds the drafter "
+        "(default: this python if it imports the engine, else eyas's restatement of the loader)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vllm_python" in data:  # the old key (--vllm-python)
+            data = dict(data)
+            old = data.pop("vllm_python")
+            if data.get("engine_python") is None:
+                data["engine_python"] = old
+        return data
 
 
 class ExportSamplesConfig(_Strict):

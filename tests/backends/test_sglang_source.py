@@ -378,11 +378,20 @@ def test_sglang_0_5_23_mla_class_serves_eyas_eagle3_1_mla_export(tmp_path, kimi_
         assert err.value.reason == "export_unsupported" and "0.5.23" in err.value.detail
 
 
+def _aux_count(version: str, cfg: dict) -> int:
+    """SGLang's `_get_eagle_aux_layer_count` (sizes fc's input) on the exported config."""
+    count_fn = next(
+        n
+        for n in _tree(version, MLA_DRAFT).body
+        if isinstance(n, ast.FunctionDef) and n.name == "_get_eagle_aux_layer_count"
+    )
+    ns: dict = {"PretrainedConfig": object}  # its annotation
+    exec(compile(ast.Module([count_fn], []), MLA_DRAFT, "exec"), ns)
+    return ns["_get_eagle_aux_layer_count"](types.SimpleNamespace(**cfg))
+
+
 def _check_mla_export(version: str, export) -> set[str]:
     """The checks of the test above; returns the weights SGLang's `__init__` builds."""
-    import logging
-    import re
-
     from eyas.backends.sglang import conventions as sglang_conv
 
     cfg, tensors, model = export
@@ -398,17 +407,36 @@ def _check_mla_export(version: str, export) -> set[str]:
     assert cfg["draft_vocab_size"] == 1500 and cfg["target_hidden_size"] == cfg["hidden_size"]
     assert cfg["tie_word_embeddings"] is False  # else SGLang's head is the embedding
     # its `_get_eagle_aux_layer_count` sizes fc's input: the exported ids' count
-    count_fn = next(
-        n
-        for n in _tree(version, MLA_DRAFT).body
-        if isinstance(n, ast.FunctionDef) and n.name == "_get_eagle_aux_layer_count"
-    )
-    ns: dict = {"PretrainedConfig": object}  # its annotation
-    exec(compile(ast.Module([count_fn], []), MLA_DRAFT, "exec"), ns)
-    n_aux = ns["_get_eagle_aux_layer_count"](types.SimpleNamespace(**cfg))
+    n_aux = _aux_count(version, cfg)
     assert n_aux == 3 == tensors["fc.weight"].shape[1] // cfg["target_hidden_size"]
     assert isinstance(cfg["q_lora_rank"], int)  # the layer requires it (test below)
 
+    built, loaded, hot_token_id, warned = sglang_mla_load(version, cfg, tensors)
+    assert "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight" in built
+    assert "model.midlayer.mlp.gate_up_proj.weight" in built and "lm_head.weight" in built
+    assert not warned, warned
+    assert set(loaded) == built, (built - set(loaded), set(loaded) - built)
+    h, q, kv, rope = cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"], 64
+    assert cfg["qk_rope_head_dim"] == rope
+    assert loaded["model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"] == [
+        ((q + kv + rope, 2 * h), None)
+    ]
+    assert sorted(s for _, s in loaded["model.midlayer.mlp.gate_up_proj.weight"]) == [0, 1]
+    # d2t becomes the hot-token map: draft id -> target id, as eyas's drafter maps it
+    assert torch.equal(hot_token_id, model.draft_to_target())
+    return built
+
+
+def sglang_mla_load(version: str, cfg: dict, tensors: dict):
+    """SGLang's MLA draft class (`kimi_k25_eagle3.py`) on an export: the weights its
+    `__init__` builds (read from its source with `ast`), the ones its own `load_weights` fills
+    from the tensors (name -> [(shape, shard)]), its `hot_token_id` (None without d2t) and
+    what it warned. Returns (built, loaded, hot_token_id, warned)."""
+    import logging
+    import re
+
+    entry = _entry_classes(version)
+    n_aux = _aux_count(version, cfg)
     env = {
         "self": types.SimpleNamespace(q_lora_rank=cfg["q_lora_rank"], use_dsa=False),
         "attn": types.SimpleNamespace(q_lora_rank=cfg["q_lora_rank"]),
@@ -425,8 +453,6 @@ def _check_mla_export(version: str, export) -> set[str]:
                 built |= _parameters(version, callee, target.attr + ".", env)
             elif isinstance(target, ast.Attribute) and callee.endswith(LEAVES):
                 built.add(target.attr + ".weight")
-    assert "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight" in built
-    assert "model.midlayer.mlp.gate_up_proj.weight" in built and "lm_head.weight" in built
 
     loaded: dict[str, list] = {}
 
@@ -449,17 +475,7 @@ def _check_mla_export(version: str, export) -> set[str]:
         named_parameters=lambda: params.items(), post_load_weights=lambda: None
     )
     load_weights(fake, iter(tensors.items()))
-    assert not warned, warned
-    assert set(loaded) == built, (built - set(loaded), set(loaded) - built)
-    h, q, kv, rope = cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"], 64
-    assert cfg["qk_rope_head_dim"] == rope
-    assert loaded["model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"] == [
-        ((q + kv + rope, 2 * h), None)
-    ]
-    assert sorted(s for _, s in loaded["model.midlayer.mlp.gate_up_proj.weight"]) == [0, 1]
-    # d2t becomes the hot-token map: draft id -> target id, as eyas's drafter maps it
-    assert torch.equal(fake.hot_token_id, model.draft_to_target())
-    return built
+    return built, loaded, getattr(fake, "hot_token_id", None), warned
 
 
 def test_only_the_newer_sglang_mla_class_reads_eagle3_1_keys():

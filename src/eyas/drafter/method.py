@@ -163,6 +163,17 @@ class DraftMethod(ABC):
         """Whether the drafter has its own head over a reduced vocabulary."""
         return True
 
+    def vllm_refusal(self) -> str | None:
+        """Why the vLLM eyas would start on this machine cannot serve the method's drafter
+        (None: it can). A refusal of the server, not of the export: vLLM's loader may still
+        take the export."""
+        return None
+
+    def attentions(self) -> tuple[str, ...]:
+        """The attention kinds (`--attention`) its drafter layer comes in; MLA needs an MLA
+        target."""
+        return ("mha",)
+
     def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int | None:
         """A token id the method needs reserved (DFlash's mask token), or None."""
         return None

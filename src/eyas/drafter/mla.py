@@ -31,7 +31,7 @@ from torch import nn
 
 from eyas.drafter.layers import RMSNorm
 from eyas.drafter.rope import check_rope_scaling, inv_freq_and_mscale
-from eyas.drafter.ttt_attention import ttt_attention
+from eyas.drafter.ttt_attention import ttt_attention, ttt_attention_fast
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
@@ -157,13 +157,14 @@ class MLAAttention(nn.Module):
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.vd))
 
-    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
+    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]], fast=False):
         """TTT attention as `eagle3.model.Attention.forward`: (output, k, v); the caller keeps
         k, v (the list is only read)."""
         q, k, v = self.project(x, positions)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
-        return self.output(ttt_attention(q, k0, v0, steps[1:], self.scale)), k, v
+        attend = ttt_attention_fast if fast else ttt_attention
+        return self.output(attend(q, k0, v0, steps[1:], self.scale)), k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
         q, k, v = self.project(x, positions)

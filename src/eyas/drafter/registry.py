@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from eyas.drafter.dflash.method import DFlashMethod
+from eyas.drafter.dflash2.method import DFlash2Method
 from eyas.drafter.eagle3.method import Eagle3Method
 from eyas.drafter.method import DrafterLoadError, DraftMethod
+from eyas.drafter.peagle.method import PEagleMethod
 from eyas.errors import EyasError
 
 METHODS: dict[str, DraftMethod] = {
     "eagle3": Eagle3Method("eagle3", v31=False),
     "eagle3.1": Eagle3Method("eagle3.1", v31=True),
     "dflash": DFlashMethod(),
+    "dflash2": DFlash2Method(),
+    "peagle": PEagleMethod(),
 }
 
 
@@ -35,6 +39,6 @@ def method_reading(config: dict) -> DraftMethod:
     raise DrafterLoadError(
         f"unknown drafter config: architectures={config.get('architectures')}, "
         f"speculators_model_type={config.get('speculators_model_type')}; expected an EAGLE-3 "
-        "(LlamaForCausalLMEagle3, speculators eagle3) or DFlash (DFlashDraftModel, speculators "
-        "dflash) drafter"
+        "(LlamaForCausalLMEagle3, speculators eagle3), DFlash (DFlashDraftModel, speculators "
+        "dflash) or DFlash2 (DFlash2DraftModel, speculators dflash2) drafter"
     )

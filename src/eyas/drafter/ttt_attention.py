@@ -1,6 +1,8 @@
 """The training-time-test attention of EAGLE-3 drafters, exact and linear in memory: shared by
 the MHA layer (`eagle3.model.Attention`) and the MLA one (`mla.MLAAttention`), so neither
-attention module imports the other's."""
+attention module imports the other's. `ttt_attention` is the reference path (SDPA with a sink),
+`ttt_attention_fast` the fast one (FlexAttention, `eyas.drafter.flex`); `drafter/fast_path.py`
+says which runs."""
 
 from __future__ import annotations
 
@@ -69,4 +71,49 @@ def ttt_attention(
     return (num / den).to(q.dtype)
 
 
-__all__ = ["ttt_attention"]
+def ttt_attention_fast(
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    diagonal: list[tuple[torch.Tensor, torch.Tensor]],
+    scale: float,
+) -> torch.Tensor:
+    """`ttt_attention`'s function on the fast path: the same softmax over {step-0 keys at
+    positions <= j} ∪ {step-s keys at j}, merged through the causal part's log-sum-exp.
+
+    With (O, L) the causal kernel's normalised output and log-sum-exp (`eyas.drafter.flex`,
+    differentiable in both) and d_s = q_j . k_s,j * scale the diagonal scores:
+        out = (e^L O + Σ_s e^(d_s) v_s) / (e^L + Σ_s e^(d_s)),
+    computed with m = max(L, d_s) subtracted. Keys and values keep their kv heads (GQA: each
+    query head reads its group's, through views), values may be narrower than the keys (MLA),
+    and nothing wider than the softmax statistics ([B, h, T] and [B, h, T, S]) is fp32: the
+    output is a weighted sum of bf16 tensors under bf16.
+
+    q: [B, h, T, dq]; k0, v0 and each diagonal pair: [B, kv, T, dq] / [B, kv, T, dv], kv
+    dividing h. Returns [B, h, T, dv] in v0's dtype.
+    """
+    from eyas.drafter.flex import causal_attention
+
+    out, lse = causal_attention(q, k0, v0, scale)
+    if not diagonal:
+        return out
+    b, h, t, _ = q.shape
+    kv = k0.shape[1]
+    groups = (b, kv, h // kv, t)
+    qg = q.unflatten(1, (kv, h // kv))  # [B, kv, rep, T, dq], a view
+    scores = torch.stack(
+        [(qg * ks.unsqueeze(2)).sum(-1).float() * scale for ks, _ in diagonal], -1
+    )  # [B, kv, rep, T, S]
+    lse = lse.float().view(groups)
+    top = torch.maximum(lse, scores.amax(-1)).detach()
+    causal_w = torch.exp(lse - top)
+    diag_w = torch.exp(scores - top[..., None])
+    den = causal_w + diag_w.sum(-1)
+    dtype = out.dtype
+    merged = out.unflatten(1, (kv, h // kv)) * (causal_w / den)[..., None].to(dtype)
+    for s, (_, vs) in enumerate(diagonal):
+        merged = merged + vs.unsqueeze(2) * (diag_w[..., s] / den)[..., None].to(dtype)
+    return merged.flatten(1, 2)
+
+
+__all__ = ["ttt_attention", "ttt_attention_fast"]

@@ -18,6 +18,7 @@ from eyas.config import EvalConfig
 from eyas.drafter.load import load_drafter
 from eyas.drafter.registry import method_of
 from eyas.errors import EyasError
+from eyas.evaluate.categories import grouped
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.prompts import FollowUps, Rounds
 from eyas.evaluate.speculative import DecodeResult, greedy_reference, speculative_decode
@@ -115,6 +116,18 @@ def evaluate_offline(
                 "prompts": sum(1 for p in rounds.prompts if p["dataset"] == name),
             }
             for name, d in sorted(per_ds.items())
+        },
+        "categories": {
+            cat: {
+                **acceptance_metrics(
+                    [a for n in names for a in per_ds[n]["accepted"]],
+                    [x for n in names for x in per_ds[n]["produced"]],
+                    width,
+                ),
+                "prompts": sum(1 for p in rounds.prompts if p["dataset"] in names),
+                "datasets": names,
+            }
+            for cat, names in grouped(per_ds).items()
         },
         "seconds": round(time.time() - start, 2),
         "output_tokens": tokens,

@@ -4,7 +4,9 @@ offline (no script, no stylesheet or font fetched).
 - `acceptance_bars`: acceptance length per dataset (or per drafter), one horizontal bar each,
   on an axis from 1 (nothing accepted) to K + 1 (every draft accepted);
 - `position_bars`: acceptance per draft position, P(draft i accepted | 1..i-1 were), grouped
-  by position with one bar per dataset (or drafter) and a legend.
+  by position with one bar per dataset (or drafter) and a legend;
+- `line_chart`: one line per name through (x, y) points (a learning curve: acceptance
+  length against steps or training time).
 
 Each chart is an `<svg class="plot">` with a `<title>` per bar giving its value, so the figure
 is readable on hover and by a screen reader as well as in the tables beside it.
@@ -50,6 +52,18 @@ def _svg(width: int, height: int, title: str, body: str) -> str:
         f'font-family="sans-serif" font-size="11"><title>{html.escape(title)}</title>'
         f"{body}</svg>"
     )
+
+
+def _legend(names: list[str], left: float, plot_w: float, base: float, row: int) -> str:
+    """A swatch and a name per series, three to a row, from `base` down."""
+    parts = []
+    for i, name in enumerate(names):
+        lx, ly = left + (i % 3) * (plot_w / 3), base + (i // 3) * row
+        parts.append(
+            f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color(i)}"/>'
+            f'<text x="{lx + 14:.1f}" y="{ly}">{html.escape(name)}</text>'
+        )
+    return "".join(parts)
 
 
 def acceptance_bars(
@@ -134,15 +148,69 @@ def position_bars(rates: dict[str, list[float]], title: str, width: int = 560) -
             f'<text x="{left + (pos + 0.5) * group_w:.1f}" y="{top + plot_h + 14}" '
             f'text-anchor="middle" fill="{AXIS}">draft {pos + 1}</text>'
         )
-    base = top + plot_h + 46
-    for i, name in enumerate(rates):
-        lx, ly = left + (i % 3) * (plot_w / 3), base + (i // 3) * legend_row
-        parts.append(
-            f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color(i)}"/>'
-            f'<text x="{lx + 14:.1f}" y="{ly}">{html.escape(name)}</text>'
-        )
+    parts.append(_legend(list(rates), left, plot_w, top + plot_h + 46, legend_row))
     parts.append(
         f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle" '
         f'fill="{AXIS}">P(draft i accepted | drafts 1..i-1 accepted)</text>'
     )
+    return _svg(width, height, title, "".join(parts))
+
+
+def line_chart(
+    series: dict[str, list[tuple[float, float]]],
+    title: str,
+    x_label: str,
+    y_label: str,
+    width: int = 560,
+    height: int = 300,
+) -> str:
+    """One line per name through its (x, y) points, a marker at each point (its `<title>` the
+    values), axes from 0 (x) and from the lowest y to the highest, and a legend."""
+    points = [p for pts in series.values() for p in pts]
+    if not points:
+        return ""
+    left, top, right, legend_row = 48, 24, 28, 16
+    legend_h = legend_row * ((len(series) + 2) // 3)
+    plot_w, plot_h = width - left - right, height - top - 44 - legend_h
+    x_hi = max(x for x, _ in points) or 1.0
+    y_lo, y_hi = min(y for _, y in points), max(y for _, y in points)
+    if y_hi - y_lo < 1e-9:
+        y_lo, y_hi = y_lo - 0.5, y_hi + 0.5
+    pad = 0.05 * (y_hi - y_lo)
+    y_lo, y_hi = y_lo - pad, y_hi + pad
+
+    def px(v: float) -> float:
+        return left + plot_w * v / x_hi
+
+    def py(v: float) -> float:
+        return top + plot_h * (1 - (v - y_lo) / (y_hi - y_lo))
+
+    parts = [f'<text x="{left}" y="14" font-weight="bold">{html.escape(title)}</text>']
+    for i in range(5):  # four intervals on each axis
+        yv, xv = y_lo + (y_hi - y_lo) * i / 4, x_hi * i / 4
+        parts.append(
+            f'<line x1="{left}" y1="{py(yv):.1f}" x2="{left + plot_w}" y2="{py(yv):.1f}" '
+            f'stroke="{GRID}"/><text x="{left - 4}" y="{py(yv) + 4:.1f}" text-anchor="end" '
+            f'fill="{AXIS}">{yv:.2f}</text>'
+            f'<text x="{px(xv):.1f}" y="{top + plot_h + 14}" text-anchor="middle" '
+            f'fill="{AXIS}">{xv:,.0f}</text>'
+        )
+    for i, (name, pts) in enumerate(series.items()):
+        pts = sorted(pts)
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        parts.append(
+            f'<polyline points="{path}" fill="none" stroke="{color(i)}" stroke-width="2"/>'
+        )
+        for x, y in pts:
+            parts.append(
+                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color(i)}"><title>'
+                f"{html.escape(name)}: {x:,.0f}, {y:.3f}</title></circle>"
+            )
+    parts.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 28}" text-anchor="middle" '
+        f'fill="{AXIS}">{html.escape(x_label)}</text>'
+        f'<text x="12" y="{top + plot_h / 2:.0f}" text-anchor="middle" fill="{AXIS}" '
+        f'transform="rotate(-90 12 {top + plot_h / 2:.0f})">{html.escape(y_label)}</text>'
+    )
+    parts.append(_legend(list(series), left, plot_w, top + plot_h + 44, legend_row))
     return _svg(width, height, title, "".join(parts))

@@ -29,6 +29,41 @@ def card_rows(card: ModelCard) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+FIGURE_HEADER = [
+    "dataset",
+    "prompts",
+    "acceptance_length",
+    "mean_accepted_drafts",
+    "per_position",
+    "acceptance_rate",
+]
+
+
+def _positions(values: list[float] | None) -> str:
+    return "-" if not values else " ".join(f"{p:.2f}" for p in values)
+
+
+def figure_rows(result: EvalRun) -> list[list[str]]:
+    """The rows of the per-dataset table (`FIGURE_HEADER`): each dataset, each category
+    (`category: chat`, ...) and `all`. `per_position` is P(draft i accepted | drafts before it
+    accepted); `acceptance_rate` is P(draft i accepted), vLLM's and the model cards' figure
+    (`eyas.evaluate.metrics`)."""
+    named: list[tuple[str, int, object]] = [(n, d.prompts, d) for n, d in result.datasets.items()]
+    named += [(f"category: {c}", f.prompts, f) for c, f in (result.categories or {}).items()]
+    named.append(("all", result.settings.prompts, result))
+    return [
+        [
+            name,
+            str(prompts),
+            f"{f.acceptance_length:.3f}",
+            f"{f.mean_accepted_drafts:.3f}",
+            _positions(f.per_position),
+            _positions(f.acceptance_rate_per_position),
+        ]
+        for name, prompts, f in named
+    ]
+
+
 def write_eval_html(result: EvalResult, path: str | Path) -> Path:
     """The per-dataset figures and, for `--bench`, the model-card table."""
     path = Path(path)
@@ -49,20 +84,14 @@ def write_eval_html(result: EvalResult, path: str | Path) -> Path:
             f"{html.escape(card.published_configuration)} (SGLang flags; eyas chain K = 3)."
             "</p>"
         )
-    header = ["dataset", "prompts", "acceptance_length", "mean_accepted_drafts", "per_position"]
-    rows = [
-        [
-            name,
-            str(d.prompts),
-            _al(d.acceptance_length),
-            _al(d.mean_accepted_drafts),
-            " ".join(f"{p:.2f}" for p in d.per_position),
-        ]
-        for name, d in result.datasets.items()
-    ]
-    parts.append("<h2>Per dataset (your configuration)</h2>")
+    parts.append("<h2>Per dataset and category (your configuration)</h2>")
     parts.append(acceptance_charts(result))
-    parts.append(_table(header, rows))
+    parts.append(_table(FIGURE_HEADER, figure_rows(result)))
+    parts.append(
+        "<p>per_position: P(draft i accepted | drafts 1..i-1 accepted); acceptance_rate: "
+        "P(draft i accepted), the share of verify steps whose draft i was accepted (vLLM's "
+        "per-position acceptance rate, as model cards report it).</p>"
+    )
     page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>eyas eval</title><style>'
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -76,16 +105,29 @@ def write_eval_html(result: EvalResult, path: str | Path) -> Path:
 
 
 def acceptance_charts(result: EvalRun) -> str:
-    """Acceptance length per dataset and acceptance per draft position, as charts."""
+    """Acceptance length per dataset and per category, and acceptance per draft position, as
+    charts."""
     datasets = {n: d for n, d in result.datasets.items() if d.verify_steps}
     k = result.settings.k or max((len(d.per_position) for d in datasets.values()), default=1)
     lengths = {n: d.acceptance_length for n, d in datasets.items()}
     total = result.acceptance_length if len(lengths) > 1 else None
     positions = {n: d.per_position for n, d in datasets.items() if d.per_position}
-    return charts_row(
+    charts = [
         acceptance_bars(lengths, k, "acceptance length per dataset", total),
         position_bars(positions, "acceptance per draft position"),
-    )
+    ]
+    categories = {c: f for c, f in (result.categories or {}).items() if f.verify_steps}
+    if categories:
+        charts.insert(
+            1,
+            acceptance_bars(
+                {c: f.acceptance_length for c, f in categories.items()},
+                k,
+                "acceptance length per category",
+                result.acceptance_length if len(categories) > 1 else None,
+            ),
+        )
+    return charts_row(*charts)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

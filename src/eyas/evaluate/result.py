@@ -28,6 +28,9 @@ class Figures:
     per_position: list[float]
     histogram: list[int] | None
     sglang_accept_length: float | None = None  # SGLang only: prefill token counted
+    # P(draft i accepted), the model cards' per-position rate; None where the backend has no
+    # per-position counts (SGLang) or the result was written before eyas reported it
+    acceptance_rate_per_position: list[float] | None = None
 
     def figures_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -38,12 +41,15 @@ class Figures:
         if self.sglang_accept_length is not None:
             out["sglang_accept_length"] = self.sglang_accept_length
         out["per_position"] = list(self.per_position)
+        if self.acceptance_rate_per_position is not None:
+            out["acceptance_rate_per_position"] = list(self.acceptance_rate_per_position)
         out["histogram"] = None if self.histogram is None else list(self.histogram)
         return out
 
     @staticmethod
     def figures_kwargs(d: Mapping[str, Any]) -> dict[str, Any]:
         hist = d.get("histogram")
+        rates = d.get("acceptance_rate_per_position")
         return {
             "verify_steps": int(d["verify_steps"]),
             "acceptance_length": float(d["acceptance_length"]),
@@ -51,6 +57,7 @@ class Figures:
             "per_position": [float(p) for p in d.get("per_position") or []],
             "histogram": None if hist is None else [int(h) for h in hist],
             "sglang_accept_length": d.get("sglang_accept_length"),
+            "acceptance_rate_per_position": None if rates is None else [float(r) for r in rates],
         }
 
 
@@ -66,6 +73,21 @@ class DatasetFigures(Figures):
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DatasetFigures:
         return cls(**cls.figures_kwargs(d), prompts=int(d["prompts"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CategoryFigures(Figures):
+    """One category's figures (`eyas.evaluate.categories`): its datasets' counts summed."""
+
+    prompts: int
+    datasets: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.figures_dict(), "prompts": self.prompts, "datasets": list(self.datasets)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CategoryFigures:
+        return cls(**cls.figures_kwargs(d), prompts=int(d["prompts"]), datasets=list(d["datasets"]))
 
 
 @dataclass(frozen=True)
@@ -294,6 +316,8 @@ class EvalRun(Figures):
     settings: EvalSettings
     offline: OfflineDetails | None = None
     served: ServedDetails | None = None
+    # chat, code, tool_calls, math, other: None in results written before eyas reported them
+    categories: dict[str, CategoryFigures] | None = None
 
     @property
     def throughput(self) -> Throughput | None:
@@ -303,6 +327,8 @@ class EvalRun(Figures):
         out = self.figures_dict()
         verdict = {"lossless": self.lossless, "lossless_mismatches": list(self.lossless_mismatches)}
         datasets = {"datasets": {n: d.to_dict() for n, d in self.datasets.items()}}
+        if self.categories is not None:
+            datasets["categories"] = {n: c.to_dict() for n, c in self.categories.items()}
         if self.served is not None:  # the served evaluator's order
             out |= datasets | verdict | self.served.to_dict()
         else:
@@ -320,6 +346,9 @@ class EvalRun(Figures):
             "lossless": d.get("lossless"),
             "lossless_mismatches": list(d.get("lossless_mismatches") or []),
             "datasets": {n: DatasetFigures.from_dict(x) for n, x in d["datasets"].items()},
+            "categories": None
+            if d.get("categories") is None
+            else {n: CategoryFigures.from_dict(x) for n, x in d["categories"].items()},
             "follow_ups": FollowUpsInfo.from_dict(d["follow_ups"]),
             "settings": EvalSettings.from_dict(d["settings"]),
             "offline": OfflineDetails.from_dict(d) if "method" in d else None,

@@ -52,6 +52,7 @@ from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import open_pool
 from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
+from eyas.evaluate.categories import grouped
 from eyas.evaluate.prompts import FollowUps, Rounds
 
 
@@ -406,9 +407,18 @@ def evaluate_served(
         counts = spec.counts.get(name, {})
         figures = acceptance.figures(counts, cfg.k)
         datasets[name] = {**figures, "prompts": counts.get("answered", len(rows))}
+    categories = {}
+    for cat, names in grouped(datasets).items():
+        counts: dict[str, Any] = {}
+        for name in names:
+            counts = acceptance.add(counts, spec.counts.get(name, {}))
+        figures = acceptance.figures(counts, cfg.k)
+        prompts = sum(datasets[n]["prompts"] for n in names)
+        categories[cat] = {**figures, "prompts": prompts, "datasets": names}
     return {
         **acceptance.figures(total, cfg.k),
         "datasets": datasets,
+        "categories": categories,
         **_common(cfg, spec, base),
         "source": acceptance.source,
     }

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eyas.errors import RefusedError
 from eyas.export.drafter import export_drafter
 
 
 def _vllm(drafter: Path, target: Path, k: int, scratch: Path) -> dict[str, Any]:
     """vLLM's `--speculative-config` for the drafter's vLLM export: its method names vLLM's
-    method (`eagle3` for EAGLE-3 and EAGLE-3.1, `dflash`)."""
+    method (`eagle3` for EAGLE-3, EAGLE-3.1 and P-EAGLE, `dflash` for DFlash and DFlash2)."""
     from eyas.drafter.eagle3.export_mla import is_mla
     from eyas.drafter.load import resolve_drafter_dir
     from eyas.drafter.registry import method_reading
@@ -38,6 +39,9 @@ def _vllm(drafter: Path, target: Path, k: int, scratch: Path) -> dict[str, Any]:
     if not loadable:
         folder = export_drafter(folder, "vllm", scratch / "vllm-drafter", target, k)
     method = method_reading(read_json_object(folder / "config.json"))
+    refusal = method.vllm_refusal()  # the vLLM eyas starts here cannot serve it (DFlash2 on CPU)
+    if refusal:
+        raise RefusedError("engine_unsupported", refusal)
     return method.vllm_speculative_config(folder, k)
 
 

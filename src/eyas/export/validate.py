@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from eyas.backends.sglang import conventions as sglang
 from eyas.backends.vllm import conventions as vllm
+from eyas.backends.vllm import loader as vllm_loader
 from eyas.drafter.method import DrafterLoadError
 from eyas.drafter.registry import method_reading
 from eyas.errors import EyasError, RefusedError, unreadable
@@ -78,10 +79,22 @@ def cross_engine_problems(cfg: dict, engine: str) -> tuple[list[str], list[str]]
     ]
 
 
+def find_engine_python(given: str | Path | None) -> Path | None:
+    """The python whose engine's own loader builds an export in `eyas export check`: the one
+    given, else this one when it imports vLLM (the engine whose loader eyas can run), else
+    None (the restated loader only)."""
+    return vllm_loader.find_python(Path(given) if given is not None else None)
+
+
 def check_export(
-    path: str | Path, target_dir: str | Path | None = None, engine: str | None = None
+    path: str | Path,
+    target_dir: str | Path | None = None,
+    engine: str | None = None,
+    engine_python: str | Path | None = None,
 ) -> dict:
-    """Return a summary, or raise ExportError listing every problem found."""
+    """Return a summary, or raise ExportError listing every problem found. With `engine_python`
+    (a python that imports the engine: vLLM, `find_engine_python`), an export for vLLM is also built by vLLM's own loader
+    (`eyas.backends.vllm.loader`); the summary's `engine_loader` says what ran."""
     path = Path(path)
     problems: list[str] = []
     if not path.is_dir():
@@ -133,8 +146,9 @@ def check_export(
             torch.float32,
         ):
             problems.append(f"{name} dtype {tensor.dtype} is not a float type")
-    if engine == "vllm" or (engine is None and layout_engine(cfg) == "vllm"):
-        problems += vllm.draft_vocab_problems(set(weights), dv, v)
+    loader_engine = engine or layout_engine(cfg)
+    if loader_engine == "vllm":
+        problems += vllm_loader.restated_problems(set(weights), set(expected), dv, v)
     if "d2t" in weights and "t2d" in weights and not problems:
         ids = torch.arange(dv) + weights["d2t"]
         if ids.min() < 0 or ids.max() >= v or not bool((ids[1:] > ids[:-1]).all()):
@@ -173,6 +187,8 @@ def check_export(
         mine = weights["embed_tokens.weight"]
         if mine.shape != embedding.shape or not torch.equal(mine, embedding.to(mine.dtype)):
             problems.append("embed_tokens.weight differs from the target's input embedding")
+    loader = _engine_loader(path, cfg, method, loader_engine, target, engine_python, aux)
+    problems += loader.pop("problems")
     p99 = meta.get("training_p99_len")
     mpe = layer.get("max_position_embeddings")
     if p99 and mpe and mpe < p99:
@@ -189,5 +205,44 @@ def check_export(
         "embedding_checked": embedding is not None and "embed_tokens.weight" in weights,
         "method": (cfg.get("eyas") or {}).get("method") or method.name,
         "layout": layout_engine(cfg),
+        "engine_loader": loader,
         "warnings": warnings,
     }
+
+
+def _engine_loader(
+    path: Path,
+    cfg: dict,
+    method,
+    engine: str,
+    target: TargetModel | None,
+    engine_python: str | Path | None,
+    trained: list[int] | None,
+) -> dict:
+    """Run the engine's own loader on the export where it can run: {"ran": bool, "engine",
+    "why" or "version", "problems"}."""
+    if engine != "vllm":
+        why = (
+            "SGLang's loader runs only inside SGLang (no CPU build): checked against eyas's "
+            "restatement of it, pinned by tests that run SGLang's own code from its wheels"
+        )
+        return {"ran": False, "engine": engine, "why": why, "problems": []}
+    if engine_python is None:
+        why = (
+            "no vLLM importable here (pass --engine-python PY): checked against eyas's "
+            "restatement of vLLM's loader"
+        )
+        return {"ran": False, "engine": "vllm", "why": why, "problems": []}
+    if target is None:
+        why = "the target is unknown (pass --target): vLLM builds the drafter beside it"
+        return {"ran": False, "engine": "vllm", "why": why, "problems": []}
+    try:
+        case = vllm_loader.loader_case(path, cfg, method, target)
+    except EyasError as exc:  # a config no vLLM server could be started with
+        return {"ran": False, "engine": "vllm", "why": exc.detail, "problems": [exc.detail]}
+    version, (result,) = vllm_loader.run_cases(Path(engine_python), [case])
+    problems = vllm_loader.loader_problems(version, result, trained)
+    summary = {"ran": True, "engine": "vllm", "version": version, "loaded": result["loaded"]}
+    if result["loaded"]:
+        summary["architecture"] = result["architecture"]
+    return {**summary, "problems": problems}

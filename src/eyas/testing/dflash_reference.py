@@ -1,4 +1,4 @@
-"""eyas's DFlash against speculators 0.9.0's, like for like (issue 32).
+"""eyas's DFlash and DFlash2 against speculators 0.9.0's, like for like (issues 32, 39).
 
 Both train from the same initial weights (eyas's, copied), on the same sequences, anchors,
 optimizer (AdamW β=(0.9, 0.95), no weight decay, clip 0.5) and learning rate at every step
@@ -8,7 +8,8 @@ optimizer (AdamW β=(0.9, 0.95), no weight decay, clip 0.5) and learning rate at
   (transformers); the answer tokens are supervised, as after `eyas generate`;
 - eyas: `DFlashMethod.prepare` (its seeded anchors) and `.loss` on `DFlashDrafter`, fed by
   `OnlineTarget` (the fused layers and the final, normed state), as `eyas train` runs them;
-- speculators: `DFlashDraftModel` (`speculators_dflash_peer.py`, in its own venv) on the same
+- speculators: `DFlashDraftModel` or `DFlash2DraftModel` (`speculators_dflash_peer.py`, in its
+  own venv) on the same
   rows packed as its collator packs them (document ids, per-document positions, the last
   layer before the final norm, which it applies itself), with eyas's anchors. Each row is
   padded by a block of loss-masked positions of document -1, as eyas's right padding is, so a
@@ -16,7 +17,11 @@ optimizer (AdamW β=(0.9, 0.95), no weight decay, clip 0.5) and learning rate at
 
 Losses compare as KL: speculators trains KL(target || draft); eyas the soft cross-entropy,
 which is that KL plus the target's entropy (same gradients), so eyas's side subtracts the
-weighted entropy before comparing. Per-slot accuracy is argmax agreement on both sides.
+weighted entropy before comparing (DFlash2's selector term is a hard cross-entropy on both
+sides). Per-slot accuracy is argmax agreement on both sides (DFlash2: the selector's pick
+among the unary top K, teacher-forced, summed over the slots: speculators reports no per-slot
+figure of it). The gradients of the first step (same weights, same batch, before clipping)
+are written by both sides and compared tensor by tensor.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from eyas.config import TrainConfig
 from eyas.drafter.dflash.train import slot_targets, slot_weights
@@ -74,6 +81,7 @@ class Setup:
     warmup_steps: int = 2
     threads: int = 2
     seed: int = 0
+    method: str = "dflash"  # or dflash2
 
 
 def sequences(setup: Setup) -> list[tuple[list[int], list[int]]]:
@@ -107,7 +115,7 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
         target=setup.target,
         out=work / "eyas",
         data=work,
-        method="dflash",
+        method=setup.method,
         steps=setup.steps,
         lr=setup.lr,
         warmup_steps=setup.warmup_steps,
@@ -118,10 +126,13 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
     )
 
 
-def eyas_side(setup: Setup, work: Path, seqs) -> tuple[dict, list[dict], dict]:
-    """Train eyas's DFlash; write the peer's inputs. (config, per-step figures, state)."""
+def eyas_side(
+    setup: Setup, work: Path, seqs, mutate: Callable[[nn.Module], None] | None = None
+) -> tuple[dict, list[dict], dict]:
+    """Train eyas's DFlash; write the peer's inputs. (config, per-step figures, state).
+    `mutate` plants a defect in eyas's model after its initial weights are written."""
     cfg = train_config(setup, work)
-    method = get_method("dflash")
+    method = get_method(setup.method)
     tmodel = target_model(setup.target)
     aux_layers = method.default_aux_layers(tmodel.num_layers, cfg)
     online = OnlineTarget(setup.target, aux_layers)
@@ -139,6 +150,8 @@ def eyas_side(setup: Setup, work: Path, seqs) -> tuple[dict, list[dict], dict]:
     norm = tmodel.load_tensors("norm")[0]["norm"].float()
     init = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     save_file({**init, "verifier_norm.weight": norm}, str(work / "init.safetensors"))
+    if mutate is not None:
+        mutate(model)
     head = online.head()
     last_layer = online.model.get_decoder().layers[-1]
     params = [p for p in model.parameters() if p.requires_grad]
@@ -179,35 +192,74 @@ def eyas_side(setup: Setup, work: Path, seqs) -> tuple[dict, list[dict], dict]:
             train_cfg=cfg,
         )
         loss.backward()
+        if s == 0:
+            _save_grads(model, work / "grads.eyas.safetensors")
         torch.nn.utils.clip_grad_norm_(params, cfg.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
         anchors, valid = prep.extra["anchors"], prep.extra["valid"]
         entropy = _weighted_entropy(teacher, sup, anchors, valid, bs, cfg.dflash_gamma)
+        correct = [st.correct for st in stats]
         figures.append(
             {
                 "seconds": seconds,
                 "loss": float(loss.detach()) - entropy / max(float(prep.counts.sum()), 1.0),
-                "correct": [st.correct for st in stats],
+                "correct": correct if setup.method == "dflash" else [sum(correct)],
                 "total": [st.positions for st in stats],
             }
         )
         _pack(peer, s, ids, sup, aux, seen["pre"], rows, seqs, anchors, valid, bs)
     save_file(peer, str(work / "steps.safetensors"))
     spec = {
+        "method": setup.method,
         "verifier": str(setup.target),
         "steps": setup.steps,
         "lr": setup.lr,
         "lr_factors": factors,
         "clip": cfg.clip,
         "gamma": cfg.dflash_gamma,
+        "selector_loss_alpha": cfg.selector_loss_alpha,
         "threads": setup.threads,
         "config": dcfg.to_dict(),
     }
     (work / "spec.json").write_text(json.dumps(spec))
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
     return spec, figures, {"trainable": trainable, "mask_token_id": mask, "aux": aux_layers}
+
+
+def _save_grads(model, path: Path) -> None:
+    save_file(
+        {
+            n: p.grad.detach().contiguous()
+            for n, p in model.named_parameters()
+            if p.grad is not None
+        },
+        str(path),
+    )
+
+
+def grad_diffs(work: Path, peer: Path | None = None) -> dict[str, dict[str, float]]:
+    """Per trainable tensor: the largest |eyas - speculators| of the first step's gradient and
+    the largest |gradient| (speculators'); a tensor with a gradient on one side only differs by
+    inf. eyas's are in `work`, the peer's in `peer` (default: `work` too)."""
+    from safetensors.torch import load_file
+
+    ours = load_file(str(work / "grads.eyas.safetensors"))
+    theirs = load_file(str((peer or work) / "grads.speculators.safetensors"))
+    out = {}
+    for n in sorted(set(ours) | set(theirs)):
+        both = n in ours and n in theirs
+        out[n] = {
+            "max_abs_diff": float((ours[n] - theirs[n]).abs().max()) if both else float("inf"),
+            "max_abs": float((theirs[n] if n in theirs else ours[n]).abs().max()),
+        }
+    return out
+
+
+def max_rel(grads: dict[str, dict[str, float]]) -> float:
+    """The largest gradient difference of a tensor over that tensor's largest gradient."""
+    return max(g["max_abs_diff"] / max(g["max_abs"], 1e-12) for g in grads.values())
 
 
 def _weighted_entropy(teacher, sup, anchors, valid, bs, gamma) -> float:
@@ -262,36 +314,57 @@ def peer_side(spec_python: Path, work: Path) -> dict:
 
 
 def compare(ours: list[dict], theirs: list[dict]) -> dict:
-    """Per step: |Δ loss| / loss, and per slot |Δ accuracy| (fraction of the slot's count)."""
-    rel, acc, counts_equal = [], [], True
+    """Per step: |Δ loss| (absolute and / loss), and |Δ correct| as a fraction of the count it
+    is of (per slot; DFlash2: one total over the slots)."""
+    rel, gap, acc, counts_equal = [], [], [], True
     for a, b in zip(ours, theirs):
-        rel.append(abs(a["loss"] - b["loss"]) / max(abs(b["loss"]), 1e-12))
+        gap.append(abs(a["loss"] - b["loss"]))
+        rel.append(gap[-1] / max(abs(b["loss"]), 1e-12))
         counts_equal &= a["total"] == b["total"]
+        of = b["total"] if len(a["correct"]) == len(b["total"]) else [sum(b["total"])]
         acc.append(
             max(
-                (
-                    abs(ca - cb) / max(n, 1)
-                    for ca, cb, n in zip(a["correct"], b["correct"], b["total"])
-                ),
+                (abs(ca - cb) / max(n, 1) for ca, cb, n in zip(a["correct"], b["correct"], of)),
                 default=0.0,
             )
         )
     return {
         "max_rel_loss_diff": max(rel),
+        "max_abs_loss_diff": max(gap),
         "rel_loss_diff_by_step": rel,
         "max_slot_acc_diff": max(acc),
         "slot_counts_equal": counts_equal,
     }
 
 
-def run(setup: Setup, work: Path, spec_python: Path) -> dict:
+def run(
+    setup: Setup,
+    work: Path,
+    spec_python: Path,
+    mutants: dict[str, Callable[[nn.Module], None]] | None = None,
+) -> dict:
+    """Both sides and their comparison; each of `mutants` (a defect planted in a copy of
+    eyas's model) is trained again on the same batches and compared with the same peer run."""
     work.mkdir(parents=True, exist_ok=True)
     seqs = sequences(setup)
     _, ours, info = eyas_side(setup, work, seqs)
     peer = peer_side(spec_python, work)
+    grads = grad_diffs(work)
+    planted = {}
+    for name, mutate in (mutants or {}).items():
+        (work / name).mkdir(exist_ok=True)
+        figures = eyas_side(setup, work / name, seqs, mutate)[1]
+        planted[name] = {
+            **compare(figures, peer["steps"]),
+            "max_grad_rel_diff": max_rel(grad_diffs(work / name, work)),
+        }
     return {
+        "mutants": planted,
         "eyas": ours,
         "speculators": peer["steps"],
+        "grads": grads,
+        "max_grad_abs_diff": max(g["max_abs_diff"] for g in grads.values()),
+        "max_grad_rel_diff": max_rel(grads),
         "trainable_equal": peer["trainable"] == info["trainable"],
         "mask_token_id": info["mask_token_id"],
         "aux_layers": info["aux"],

@@ -1,5 +1,6 @@
-"""speculators 0.9.0's `DFlashDraftModel` trained on batches eyas wrote (`dflash_reference`):
-the same initial weights, packed rows, anchors, optimizer and learning rate of every step.
+"""speculators 0.9.0's `DFlashDraftModel` or `DFlash2DraftModel` (`spec.json`'s `method`) trained
+on batches eyas wrote (`dflash_reference`): the same initial weights, packed rows, anchors,
+optimizer and learning rate of every step.
 
 Runs in the speculators venv (tools/speculators_env.sh), never imports eyas:
 
@@ -10,7 +11,9 @@ speculators' too, plus the target's final norm as `verifier_norm.weight`) and
 `steps.safetensors` (per step: the packed row as speculators' data collator lays it out, and
 `{s}.anchors`, the packed anchor positions eyas drew). speculators' own `select_anchors` is
 replaced by one returning those anchors: everything else is its code (sdpa attention, eager KL
-loss, `fixed-exp-decay` weights). Prints one JSON line: per step the loss and per-slot counts.
+loss, `fixed-exp-decay` weights; DFlash2's selector loss with alpha 1). Writes the first step's
+gradients (`grads.speculators.safetensors`, before clipping). Prints one JSON line: per step the
+loss and the correct counts (DFlash: per slot; DFlash2: the teacher-forced selector's total).
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 
 def build(spec: dict, init: dict):
     from speculators.models.dflash import core
     from speculators.models.dflash.core import DFlashDraftModel
+    from speculators.models.dflash2 import DFlash2DraftModel, DFlash2SpeculatorConfig
     from transformers import Qwen3Config
 
     c = spec["config"]
@@ -47,7 +51,7 @@ def build(spec: dict, init: dict):
         layer_types=["full_attention"] * c["num_hidden_layers"],
     )
     kwargs = DFlashDraftModel._build_base_config_kwargs(  # its trainer's own config path
-        "dflash",
+        spec["method"],
         layer_cfg,
         draft_vocab_size=c["vocab_size"],
         block_size=c["block_size"],
@@ -56,7 +60,12 @@ def build(spec: dict, init: dict):
         verifier_name_or_path=spec["verifier"],
         draft_attn_impl="sdpa",
     )
-    model = DFlashDraftModel(config=core.DFlashSpeculatorConfig(**kwargs))
+    if spec["method"] == "dflash2":  # `DFlash2DraftModel.from_training_args`
+        keys = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+        config = DFlash2SpeculatorConfig(**kwargs, **{k: c[k] for k in keys})
+        model = DFlash2DraftModel(config=config)
+    else:
+        model = DFlashDraftModel(config=core.DFlashSpeculatorConfig(**kwargs))
     model.load_vocab_mappings(None, None)
     missing, unexpected = model.load_state_dict(init, strict=False)
     missing = [k for k in missing if k not in ("t2d", "d2t")]
@@ -79,7 +88,10 @@ def main(work: Path) -> None:
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
     opt = torch.optim.AdamW(params, lr=spec["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     kwargs = type(model).get_trainer_kwargs(
-        loss_fn="kl_div", loss_implementation="eager", dflash_decay_gamma=spec["gamma"]
+        loss_fn="kl_div",
+        loss_implementation="eager",
+        dflash_decay_gamma=spec["gamma"],
+        selector_loss_alpha=spec.get("selector_loss_alpha", 1.0),
     )[0]
     bs = spec["config"]["block_size"]
     steps = []
@@ -100,6 +112,11 @@ def main(work: Path) -> None:
             **{**kwargs, "max_anchors": len(anchors)},
         )
         loss.backward()
+        if s == 0:
+            grads = {
+                n: p.grad.contiguous() for n, p in model.named_parameters() if p.grad is not None
+            }
+            save_file(grads, str(work / "grads.speculators.safetensors"))
         torch.nn.utils.clip_grad_norm_(params, spec["clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -107,7 +124,9 @@ def main(work: Path) -> None:
             {
                 "seconds": time.perf_counter() - t0,
                 "loss": float(loss.detach()),
-                "correct": [int(metrics[f"position_{i}_acc_sum"]) for i in range(1, bs)],
+                "correct": [int(metrics["teacher_forced_selector_acc_sum"])]
+                if spec["method"] == "dflash2"
+                else [int(metrics[f"position_{i}_acc_sum"]) for i in range(1, bs)],
                 "total": [int(metrics[f"position_{i}_acc_total"]) for i in range(1, bs)],
             }
         )

@@ -1,20 +1,29 @@
 """What a training run will need per GPU, printed by `eyas train` before it starts.
 
-An estimate from the drafter's parameter counts and the run's settings (the formula is in
-docs/training-scale.md):
+An estimate from the drafter's shape and the run's settings (docs/training-scale.md), held
+against the peaks measured on one H200 on 2026-12-04 (`bench/results/train_h200_reference.json`:
+within 10% for every row, `tests/train/test_budget.py`). Per GPU, for one micro-batch of T
+tokens on this rank:
 
-- trainable state: 16 B per trainable parameter (fp32 weight, fp32 gradient, AdamW's two fp32
-  moments), divided by the world size under FSDP2, whole on every rank under DDP;
-- frozen target tensors (embedding, lm_head): their bytes, on every rank (never sharded);
-- activations: `eyas.drafter.memory.activation_elements_per_token` (counted by element from the
-  drafter's shape: MHA or MLA, drafted steps, activation checkpointing on or off) times the
-  element size (2 B under bf16, 4 in fp32), for the tokens of one micro-batch on this rank;
-- input states: (aux layers + 1) x hidden x 2 B per token of the micro-batch (bf16);
-- host index: 5 B per token plus ~40 B per sample (`SequenceIndex`).
+- between steps: 12 B per trainable parameter (fp32 weight, AdamW's two fp32 moments), divided
+  by the world size under FSDP2; the drafter's frozen tensors (its fp32 copy of the target's
+  embedding; a frozen draft head); the target's head and embedding as the trainer holds them
+  (their dtype); the input states, (aux layers + 1) x hidden x 2 B per token;
+- in the step: the gradients, 4 B per trainable parameter (divided likewise), autocast's bf16
+  copies of the weights, 2 B each under bf16 (these two were missing before and are why the
+  old estimate ran 15-28% low), and the activations: `eyas.drafter.memory.
+  activation_elements_per_token` times the element size and T, times `ACTIVATION_FACTOR` for
+  the path, attention and activation checkpointing: what the count leaves out (fp32 normalised
+  states and merges, the loss's chunks, the teacher's full-vocabulary workspace, the backward's
+  transients), calibrated on the measured peaks (reference path) and on peaks traced op by op
+  on fake tensors at the same width (fast path; `eyas.testing.step_cost.trace_memory`, which
+  reproduces the measured reference peaks within 4%).
 
-Throughput: training FLOPs per token = 6 x (decoder layer + draft head parameters) per drafted
-step + 6 x fc parameters + 2 x frozen head parameters (the teacher's logits, forward only),
-at an assumed fraction (MFU) of the device's dense bf16 peak.
+FLOPs: `eyas.train.step_flops` (FlopCounterMode's count of the step, dense attention).
+Throughput: the device's dense bf16 peak x a measured MFU (`MEASURED_MFU`, per device,
+attention and path) / the FLOPs of work per token (the count with the causal attention kernel
+at half, the work it does: MFU is then flat across lengths, 0.354-0.371 for MHA and 0.299-0.331
+for MLA over the 2026-12-04 rows), times the GPUs.
 """
 
 from __future__ import annotations
@@ -22,10 +31,34 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from eyas.drafter.memory import ActivationShape, activation_elements_per_token
+from eyas.train.step_flops import step_flops
 
-ASSUMED_MFU = 0.35
 # Dense bf16 peak (FLOP/s) by device name fragment; None: no throughput estimate.
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12}
+
+# (device, attention, path) -> MFU on the FLOPs of work (module docstring). Each constant is the
+# median over the rows it names, eyas at commit ea9aa86 on one H200 (torch 2.11, bf16),
+# 2026-12-04, bench/results/train_h200_reference.json:
+#   H200 mha reference: 4k/16k/32k AC on, 4k/16k AC off: 0.363 0.371 0.360 0.354 0.361
+#   H200 mla reference: 4k/16k/32k AC on, 4k/16k AC off: 0.299 0.324 0.331 0.300 0.319
+# The fast path has not run on a GPU yet: it borrows its attention's reference MFU (stated in
+# `eyas train`'s line) until bench/bench_train_gpu.py measures it.
+MEASURED_MFU = {("H200", "mha", "reference"): 0.361, ("H200", "mla", "reference"): 0.319}
+
+# (path, attention, AC) -> the activation count's factor (module docstring). Reference: least
+# squares over the 2026-12-04 H200 peaks of that attention and AC (bench/results/
+# train_h200_reference.json); fast: over the traced peaks at 4k and 16k tokens
+# (bench/results/train_flops.json, `traced`).
+ACTIVATION_FACTOR = {
+    ("reference", "mha", True): 1.31,
+    ("reference", "mha", False): 1.345,
+    ("reference", "mla", True): 1.175,
+    ("reference", "mla", False): 1.19,
+    ("fast", "mha", True): 0.963,
+    ("fast", "mha", False): 0.919,
+    ("fast", "mla", True): 0.785,
+    ("fast", "mla", False): 0.682,
+}
 
 
 @dataclass
@@ -35,92 +68,131 @@ class Budget:
     trainable_params: int
     frozen_params: int
     tokens_per_rank: int  # one micro-batch on one rank
-    trainable_gb: float
-    frozen_gb: float
+    trainable_gb: float  # weights and AdamW moments
+    frozen_gb: float  # the drafter's frozen tensors and the target's head and embedding
+    step_gb: float  # gradients and autocast's bf16 weight copies
     activations_gb: float
     states_gb: float
     total_gb: float
-    gflop_per_token: float
+    gflop_per_token: float  # FlopCounterMode's count (dense attention)
+    flops_per_step: int
     tokens_per_s: float | None  # for the whole run (all ranks); None without a known peak
+    mfu: float | None
+    mfu_source: str | None
     activation_checkpointing: bool = False
     attention: str = "mha"
+    path: str = "reference"
 
     def line(self) -> str:
         speed = (
             f", ~{self.tokens_per_s / 1e3:,.1f}k tokens/s over {self.world} GPU(s) at "
-            f"{ASSUMED_MFU:.0%} MFU"
+            f"{self.mfu:.0%} MFU ({self.mfu_source})"
             if self.tokens_per_s
             else ""
         )
         return (
-            f"memory estimate per GPU: {self.total_gb:.1f} GB (trainable state "
-            f"{self.trainable_gb:.1f}, frozen target tensors {self.frozen_gb:.1f}, activations "
-            f"{self.activations_gb:.1f} for {self.tokens_per_rank:,} tokens, input states "
-            f"{self.states_gb:.2f}); {self.gflop_per_token:.0f} GFLOP per token{speed}"
+            f"memory estimate per GPU: {self.total_gb:.1f} GB (weights and optimizer "
+            f"{self.trainable_gb:.1f}, frozen target tensors {self.frozen_gb:.1f}, gradients and "
+            f"bf16 copies {self.step_gb:.1f}, activations {self.activations_gb:.1f} for "
+            f"{self.tokens_per_rank:,} tokens, input states {self.states_gb:.2f}); "
+            f"{self.gflop_per_token:.0f} GFLOP per token{speed}"
         )
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+def measured_mfu(device_name: str | None, attention: str, path: str) -> tuple[float, str] | None:
+    """(MFU, where it comes from) for this device and attention; the fast path borrows the
+    reference path's until it is measured."""
+    if not device_name:
+        return None
+    for (dev, att, p), mfu in MEASURED_MFU.items():
+        if dev in device_name and att == attention:
+            if p == path:
+                return mfu, f"measured on {dev}, {path} path"
+            if path == "fast" and (dev, att, "fast") not in MEASURED_MFU:
+                return mfu, f"the reference path's on {dev}; the fast path's not measured yet"
+    return None
+
+
 def estimate(
     *,
-    hidden: int,
+    shape: ActivationShape,
     n_aux: int,
-    steps: int,
-    layer_params: int,
-    head_params: int,
-    fc_params: int,
+    ttt: int,
+    trainable_params: int,
     frozen_params: int,
     frozen_bytes: int,
-    teacher_head_params: int,
+    vocab: int,
+    draft_vocab: int,
+    head_trained: bool,
     tokens_per_rank: int,
     world: int,
     fsdp: bool,
-    peak_flops: float | None,
-    shape: ActivationShape,
+    device_name: str | None,
     checkpointing: bool = False,
     dtype_bytes: int = 2,
+    fast: bool = False,
+    flops: dict[str, int] | None = None,
 ) -> Budget:
-    """`layer_params`, `head_params`, `fc_params`: trainable parameters run per drafted step
-    (decoder layer), per drafted step (draft head) and once per token (fc); `frozen_bytes`:
-    the frozen tensors held on the device; `teacher_head_params`: the target's lm_head, run
-    forward once per token for the teacher's logits; `shape`, `checkpointing`, `dtype_bytes`:
-    the drafter's layer, AC and the activations' element size, for the activation count."""
-    trainable = layer_params + head_params + fc_params
-    gb = 1e9
-    trainable_gb = 16 * trainable / (world if fsdp else 1) / gb
-    frozen_gb = frozen_bytes / gb
-    per_token = dtype_bytes * activation_elements_per_token(shape, steps, checkpointing)
-    act_gb = per_token * tokens_per_rank / gb
-    states_gb = (n_aux + 1) * hidden * 2 * tokens_per_rank / gb
-    flops = 6 * (layer_params + head_params) * steps + 6 * fc_params + 2 * teacher_head_params
-    rate = peak_flops * ASSUMED_MFU / flops * world if peak_flops else None
+    """The estimate (module docstring). `frozen_bytes`: the frozen tensors held on the device
+    (the drafter's and the target's head and embedding); `flops`: the step's FLOPs by term
+    (default: `step_flops` of an EAGLE-3 drafter of `shape`)."""
+    t, gb = tokens_per_rank, 1e9
+    shard = world if fsdp else 1
+    path = "fast" if fast else "reference"
+    attention = "mla" if shape.mla else "mha"
+    trainable_gb = 12 * trainable_params / shard / gb
+    step_gb = (4 + (2 if dtype_bytes == 2 else 0)) * trainable_params / shard / gb
+    factor = ACTIVATION_FACTOR[(path, attention, checkpointing)]
+    per_token = dtype_bytes * activation_elements_per_token(shape, ttt, checkpointing)
+    act_gb = factor * per_token * t / gb
+    states_gb = (n_aux + 1) * shape.target_hidden * 2 * t / gb
+    if flops is None:
+        flops = step_flops(
+            shape, tokens=t, ttt=ttt, n_aux=n_aux, vocab=vocab, draft_vocab=draft_vocab,
+            head_trained=head_trained, checkpointing=checkpointing, fast=fast,
+        )  # fmt: skip
+    total = sum(flops.values())
+    work = total - flops.get("attention", 0) / 2  # the causal kernel does half its dense count
+    mfu = measured_mfu(device_name, attention, path)
+    peak = next((v for k, v in PEAK_BF16.items() if device_name and k in device_name), None)
+    rate = peak * mfu[0] / (work / t) * world if peak and mfu else None
     return Budget(
         world=world,
         fsdp=fsdp,
-        trainable_params=trainable,
+        trainable_params=trainable_params,
         frozen_params=frozen_params,
-        tokens_per_rank=tokens_per_rank,
+        tokens_per_rank=t,
         trainable_gb=round(trainable_gb, 2),
-        frozen_gb=round(frozen_gb, 2),
+        frozen_gb=round(frozen_bytes / gb, 2),
+        step_gb=round(step_gb, 2),
         activations_gb=round(act_gb, 2),
         states_gb=round(states_gb, 3),
-        total_gb=round(trainable_gb + frozen_gb + act_gb + states_gb, 2),
-        gflop_per_token=round(flops / 1e9, 1),
+        total_gb=round(trainable_gb + frozen_bytes / gb + step_gb + act_gb + states_gb, 2),
+        gflop_per_token=round(total / t / 1e9, 1),
+        flops_per_step=total,
         tokens_per_s=round(rate) if rate else None,
+        mfu=mfu[0] if rate else None,
+        mfu_source=mfu[1] if rate else None,
         activation_checkpointing=checkpointing,
-        attention="mla" if shape.mla else "mha",
+        attention=attention,
+        path=path,
     )
 
 
-def device_peak(device: str) -> float | None:
+def device_name(device: str) -> str | None:
     import torch
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return torch.cuda.get_device_name(device)
+
+
+def device_peak(device: str) -> float | None:
+    name = device_name(device)
+    return next((v for k, v in PEAK_BF16.items() if name and k in name), None)
 
 
 # The Kimi-K2.5 drafter's widths: hidden 7168, 64 heads, MLP 12288; MHA heads of 128 (issue
@@ -128,19 +200,16 @@ def device_peak(device: str) -> float | None:
 KIMI_HIDDEN, KIMI_HEADS, KIMI_MLP, KIMI_VOCAB = 7168, 64, 12288, 163_840
 KIMI_MHA = ActivationShape.mha(KIMI_HIDDEN, KIMI_HIDDEN, KIMI_HEADS, 128, KIMI_MLP)
 KIMI_MLA = ActivationShape(KIMI_HIDDEN, KIMI_HIDDEN, KIMI_HEADS, 192, 128, KIMI_MLP, 1536, 512, 64)
+KIMI_DRAFT_VOCAB = 32000
 
 
 def attention_params(shape: ActivationShape) -> int:
     """Weights of the EAGLE-3 layer's attention over its 2H input (MHA: q/k/v/o; MLA: the
     projections and norms of `eyas.drafter.mla.MLAAttention`)."""
-    x, h, qk, v = 2 * shape.hidden, shape.heads, shape.qk_head_dim, shape.v_head_dim
-    out = h * v * shape.hidden
-    if not shape.mla:
-        return x * h * (2 * qk + v) + out
-    q_lora, kv_lora, rope = shape.q_lora_rank, shape.kv_lora_rank, shape.qk_rope_head_dim
-    q = x * q_lora + q_lora + q_lora * h * qk if q_lora else x * h * qk
-    kv = x * (kv_lora + rope) + kv_lora + kv_lora * h * (qk - rope + v)
-    return q + kv + out
+    from eyas.train.step_flops import attention_linear_params
+
+    norms = (shape.q_lora_rank or 0) + shape.kv_lora_rank if shape.mla else 0
+    return attention_linear_params(shape) + norms
 
 
 def kimi_table(
@@ -148,29 +217,37 @@ def kimi_table(
     tokens_per_rank: int = 16_384,
     checkpointing: bool = False,
     attention: str = "mha",
+    fast: bool = True,
+    head_trained: bool = True,
 ) -> list[dict]:
-    """The Kimi-K2.5 drafter (issue 28's counts: fc 154M, attention 411M with MHA, MLP 264M,
-    draft head 229M; frozen 163,840 x 7168 embedding and head in bf16) at TTT 7 on H200s,
-    FSDP2, bf16 activations; `attention="mla"` swaps in the MLA attention's own weights."""
+    """The Kimi-K2.5 drafter (hidden 7168, MLP 12288, a 32k draft vocabulary; MHA 64 x 128 or
+    MLA with the target's ranks; the frozen 163,840 x 7168 embedding in fp32 in the drafter and
+    the target's head and embedding in bf16) at TTT 7 on H200s, FSDP2, bf16 activations."""
     shape = KIMI_MLA if attention == "mla" else KIMI_MHA
-    mlp = 3 * KIMI_HIDDEN * KIMI_MLP
+    h = KIMI_HIDDEN
+    norms = 4 * h  # the layer's input, hidden and post-attention norms, and the final one
+    head = KIMI_DRAFT_VOCAB * h
+    trainable = 3 * h * h + attention_params(shape) + 3 * h * KIMI_MLP + norms
+    trainable += head if head_trained else 0
+    frozen = KIMI_VOCAB * h + (0 if head_trained else head)
+    frozen_bytes = 4 * frozen + 2 * 2 * KIMI_VOCAB * h
     return [
         estimate(
-            hidden=KIMI_HIDDEN,
+            shape=shape,
             n_aux=3,
-            steps=7,
-            layer_params=attention_params(shape) + mlp,
-            head_params=229_000_000,
-            fc_params=154_000_000,
-            frozen_params=2 * KIMI_VOCAB * KIMI_HIDDEN,
-            frozen_bytes=2 * 2 * KIMI_VOCAB * KIMI_HIDDEN,
-            teacher_head_params=KIMI_VOCAB * KIMI_HIDDEN,
+            ttt=7,
+            trainable_params=trainable,
+            frozen_params=frozen + 2 * KIMI_VOCAB * h,
+            frozen_bytes=frozen_bytes,
+            vocab=KIMI_VOCAB,
+            draft_vocab=KIMI_DRAFT_VOCAB,
+            head_trained=head_trained,
             tokens_per_rank=tokens_per_rank,
             world=n,
             fsdp=True,
-            peak_flops=PEAK_BF16["H200"],
-            shape=shape,
+            device_name="NVIDIA H200",
             checkpointing=checkpointing,
+            fast=fast,
         ).as_dict()
         for n in gpus
     ]
@@ -188,35 +265,44 @@ def trainer_budget(
     *,
     checkpointing: bool = False,
     dtype_bytes: int = 2,
+    fast: bool = False,
 ) -> Budget:
-    """The estimate for a built drafter: parameters named `fc*` run once per token, every other
-    trainable one per drafted step (an upper bound for methods whose layers run once); the
-    activations counted from `model.config`'s shape (DFlash: its block slots as the steps, an
-    approximation by the EAGLE-3 layer's count)."""
-    fc = per_step = frozen = frozen_bytes = 0
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            frozen += p.numel()
-            frozen_bytes += p.numel() * p.element_size()
-        elif name.split(".")[0].startswith("fc"):
-            fc += p.numel()
-        else:
-            per_step += p.numel()
+    """The estimate for a built drafter, one row of `tokens_per_rank` tokens: the target's
+    embedding is counted as the head's size and dtype (the trainer holds both). EAGLE-3's FLOPs
+    are `step_flops`; another method's (DFlash) an approximation: 6 x its trainable parameters
+    per drafted slot + 2 x the target's head per token, and its activations the EAGLE-3
+    layer's count with its block slots as the steps."""
+    cfg = model.config
+    shape = ActivationShape.of_config(cfg)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    frozen_bytes = sum(p.numel() * p.element_size() for p in frozen)
+    frozen_bytes += 2 * head.numel() * head.element_size()  # the target's head and embedding
+    vocab, t = head.shape[0], tokens_per_rank
+    eagle3 = str(getattr(cfg, "method", "")).startswith("eagle3")
+    if eagle3:
+        flops = None
+        head_trained = model.lm_head.weight.requires_grad
+        draft_vocab = cfg.draft_vocab_size
+    else:
+        flops = {"layers": 6 * trainable * steps * t, "teacher": 2 * t * head.numel()}
+        head_trained, draft_vocab = False, vocab
     return estimate(
-        hidden=head.shape[1],
+        shape=shape,
         n_aux=n_aux,
-        steps=steps,
-        layer_params=per_step,
-        head_params=0,
-        fc_params=fc,
-        frozen_params=frozen + head.numel(),
-        frozen_bytes=frozen_bytes + head.numel() * head.element_size(),
-        teacher_head_params=head.numel(),
-        tokens_per_rank=tokens_per_rank,
+        ttt=steps,
+        trainable_params=trainable,
+        frozen_params=sum(p.numel() for p in frozen) + 2 * head.numel(),
+        frozen_bytes=frozen_bytes,
+        vocab=vocab,
+        draft_vocab=draft_vocab,
+        head_trained=head_trained,
+        tokens_per_rank=t,
         world=world,
         fsdp=fsdp,
-        peak_flops=device_peak(device),
-        shape=ActivationShape.of_config(model.config),
+        device_name=device_name(device),
         checkpointing=checkpointing,
         dtype_bytes=dtype_bytes,
+        fast=fast,
+        flops=flops,
     )

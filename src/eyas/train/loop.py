@@ -41,7 +41,8 @@ import torch.distributed as dist
 
 from eyas import __version__
 from eyas.config import TrainConfig
-from eyas.drafter.loss import Teacher
+from eyas.drafter.fast_path import fast_path_on
+from eyas.drafter.loss import Teacher, resolved
 from eyas.drafter.memory import default_max_len
 from eyas.drafter.method import DraftMethod, row_seed
 from eyas.drafter.registry import get_method
@@ -220,6 +221,7 @@ class Trainer:
             # share of short samples can hold all its tokens: the peak is the AC-off one
             checkpointing=self.cfg.activation_checkpointing == "on",
             dtype_bytes=2 if self.bf16 else 4,
+            fast=fast_path_on(self.cfg, self.device),
         )
 
     def _resume(self) -> None:
@@ -503,7 +505,7 @@ class Trainer:
                 )
                 (loss * scale).backward()
             loss_value += float(loss.detach())
-            for k, st in enumerate(stats):
+            for k, st in enumerate(resolved(stats)):  # one transfer, once backward is queued
                 totals[k][0] += st.loss_sum
                 totals[k][1] += st.positions
                 totals[k][2] += st.correct

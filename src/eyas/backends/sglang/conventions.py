@@ -135,6 +135,18 @@ DFLASH_CONFIG_KEY = "dflash_config"
 DFLASH_TARGET_LAYERS_KEY = "target_layer_ids"
 DFLASH_MASK_KEY = "mask_token_id"
 
+# DFlash2 (SGLang PR #35371): `srt/models/dflash.py` registers `DFlash2DraftModel` (EntryClass)
+# on DFlash's worker: `DFlashDraftModel.__init__` wraps each sublayer in `DFlashGroupedConv`
+# when `dflash_config.conv_kernel_size` is set (its block the worker's, `set_block_size`),
+# `DFlash2DraftModel` adds `CandidateSelector` (`selector_rank`, `selector_top_k`; the target's
+# lm_head for the candidates); `dflash_utils.py` `parse_dflash_draft_config` reads the four
+# keys from `dflash_config` (absent: 0, no convolution, no selector). The 0.5.19 wheel is the
+# first with them (0.5.18's registers no `DFlash2DraftModel` and parses no selector; checked
+# by hand in both wheels); eyas exports the layout only for an `--engine-version` from
+# `DFLASH2_SINCE` on.
+DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+DFLASH2_SINCE = "0.5.19"
+
 # `python/sglang/srt/managers/tokenizer_manager_components/spec_decoding_meta.py`
 # `fill_spec_decoding_meta`: these keys are written into `meta_info` only when the request's
 # `spec_verify_ct` is > 0 (a request that stops at its first token carries none of them), so a

@@ -55,6 +55,8 @@ def counter_figures(counts: dict, k: int) -> dict[str, Any]:
         "acceptance_length": round(1 + accepted / drafts, 4) if drafts else 0.0,
         "mean_accepted_drafts": round(accepted / drafts, 4) if drafts else 0.0,
         "per_position": [round(p / r, 4) if r else 0.0 for p, r in zip(pos[:k], reached[:k])],
+        # vLLM's own "Per-position acceptance rate" (v1/spec_decode/metrics.py): over drafts
+        "acceptance_rate_per_position": [round(p / drafts, 4) if drafts else 0.0 for p in pos],
         "histogram": hist,
     }
 

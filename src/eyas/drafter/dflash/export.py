@@ -108,13 +108,39 @@ def zlab_config(d: DFlashConfig, target: TargetModel | None) -> dict:
     }
 
 
+def exported_tensors(model: Any) -> dict[str, Any]:
+    """The drafter's tensors in bf16, less the target's (`NOT_EXPORTED`)."""
+    import torch
+
+    return {
+        k: v.to(torch.bfloat16).contiguous()
+        for k, v in model.state_dict().items()
+        if k not in NOT_EXPORTED
+    }
+
+
+# speculators' DFlash family and z-lab's architectures: the layout is DFlash's for all, DFlash2
+# adds its keys (`eyas.drafter.dflash2.export`)
+SPECULATORS_TYPES = (vllm.DFLASH_TYPE, vllm.DFLASH2_TYPE)
+ZLAB_ARCHITECTURES = (sglang.DFLASH_ARCHITECTURE, sglang.DFLASH2_ARCHITECTURE)
+
+
 def is_speculators(cfg: dict) -> bool:
-    return cfg.get(vllm.SPECULATORS_TYPE_KEY) == vllm.DFLASH_TYPE
+    return cfg.get(vllm.SPECULATORS_TYPE_KEY) in SPECULATORS_TYPES
 
 
 def is_zlab(cfg: dict) -> bool:
-    return sglang.DFLASH_ARCHITECTURE in (cfg.get("architectures") or []) and not is_speculators(
-        cfg
+    named = set(cfg.get("architectures") or [])
+    return bool(named.intersection(ZLAB_ARCHITECTURES)) and not is_speculators(cfg)
+
+
+def is_dflash_family(cfg: dict) -> bool:
+    return is_speculators(cfg) or is_zlab(cfg)
+
+
+def is_dflash2(cfg: dict) -> bool:
+    return cfg.get(vllm.SPECULATORS_TYPE_KEY) == vllm.DFLASH2_TYPE or (
+        is_zlab(cfg) and sglang.DFLASH2_ARCHITECTURE in cfg["architectures"]
     )
 
 

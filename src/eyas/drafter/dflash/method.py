@@ -13,6 +13,7 @@ from eyas.drafter.dflash import export as layouts
 from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
+from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -201,20 +202,32 @@ class DFlashMethod(DraftMethod):
         normalizer: list[float],
         train_cfg: Any,
     ) -> tuple[torch.Tensor, list[StepStats]]:
-        anchors, valid = prepared.extra["anchors"], prepared.extra["valid"]
         ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
-        states = model(prepared.input_ids, aux, anchors, checkpoint_layers=ac)
+        states = model(prepared.input_ids, aux, prepared.extra["anchors"], checkpoint_layers=ac)
+        return self.block_loss(raw_model, states, prepared, teacher, sum(normalizer), train_cfg)
+
+    def block_loss(
+        self,
+        raw_model: nn.Module,
+        states: torch.Tensor,
+        prepared: Prepared,
+        teacher: Teacher,
+        normalizer: float,
+        train_cfg: Any,
+    ) -> tuple[torch.Tensor, list[StepStats]]:
+        """The loss of the blocks' states [B, A, bs, H] (`eyas.drafter.dflash.train`)."""
         return block_loss(
             states,
             teacher,
             prepared.supervised,
-            anchors,
-            valid,
-            sum(normalizer),
+            prepared.extra["anchors"],
+            prepared.extra["valid"],
+            normalizer,
             weighting=train_cfg.dflash_weighting,
             gamma=train_cfg.dflash_gamma,
             alpha=train_cfg.dpace_alpha,
             chunk=train_cfg.chunk_len,
+            fast=fast_path_on(train_cfg, prepared.input_ids.device),
         )
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
@@ -235,15 +248,10 @@ class DFlashMethod(DraftMethod):
             config = layouts.speculators_config(d, target, target_name, speculative_tokens)
         else:
             raise unsupported_export("dflash", fmt, "the layouts are sglang and vllm")
-        tensors = {
-            k: v.to(torch.bfloat16).contiguous()
-            for k, v in model.state_dict().items()
-            if k not in layouts.NOT_EXPORTED
-        }
-        return config, tensors
+        return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:
-        return layouts.is_speculators(config) or layouts.is_zlab(config)
+        return layouts.is_dflash_family(config) and not layouts.is_dflash2(config)
 
     def read_export(self, config: dict) -> DFlashConfig:
         return layouts.read_config(config)

@@ -123,6 +123,7 @@ class DFlashLayer(nn.Module):
 
 class DFlashDrafter(nn.Module):
     method = "dflash"
+    layer_cls: type[nn.Module] = DFlashLayer  # a variant's own layer (DFlash2's convolutions)
 
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
@@ -133,7 +134,7 @@ class DFlashDrafter(nn.Module):
             len(cfg.aux_layer_ids) * cfg.target_hidden_size, cfg.hidden_size, bias=False
         )
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_cls(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.lm_head.weight.requires_grad_(False)  # the target's; frozen

@@ -27,7 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from eyas.drafter.loss import StepStats, Teacher, soft_ce
+from eyas.drafter.fused_loss import frozen_head_soft_ce, head_chunks
+from eyas.drafter.loss import StepStats, Teacher, resolved, soft_ce
 
 
 def select_anchors(
@@ -94,9 +95,12 @@ def block_loss(
     gamma: float = 4.0,
     alpha: float = 0.5,
     chunk: int = 1024,
+    fast: bool = False,
 ) -> tuple[torch.Tensor, list[StepStats]]:
     """states: [B, A, bs, H] the drafter's normalised block states (its head is the target's).
-    Returns Σ w·CE / normalizer and per-slot figures (slots 1..bs-1)."""
+    Returns Σ w·CE / normalizer and per-slot figures (slots 1..bs-1). `fast`: the same figures
+    from `fused_loss.frozen_head_soft_ce` (each teacher position computed once, the gradient
+    in forward, the figures left on the device)."""
     b, a, bs, h = states.shape
     pos, mask = slot_targets(supervised, anchors, valid, bs)  # [B, A, S]
     normed = states[:, :, 1:].reshape(b, a * (bs - 1), h)
@@ -109,25 +113,30 @@ def block_loss(
         return F.linear(x, head.to(x.dtype))
 
     vocab = head.shape[0]
-    ce, correct, _ = soft_ce(
-        normed,
-        teacher_hidden,
-        head,
-        draft_head,
-        torch.arange(vocab, device=head.device),
-        torch.ones(vocab, dtype=torch.bool, device=head.device),
-        chunk,
-    )
+    if fast:
+        ce, correct = frozen_head_soft_ce(
+            normed, head.detach(), head_chunks(teacher_hidden, head), None, chunk
+        )
+    else:
+        ce, correct, _ = soft_ce(
+            normed,
+            teacher_hidden,
+            head,
+            draft_head,
+            torch.arange(vocab, device=head.device),
+            torch.ones(vocab, dtype=torch.bool, device=head.device),
+            chunk,
+        )
     ce, correct = ce.view(b, a, bs - 1), correct.view(b, a, bs - 1)
     w = slot_weights(ce.detach(), mask, weighting=weighting, gamma=gamma, alpha=alpha)
     loss = (w * ce * mask).sum() / max(normalizer, 1.0)
     stats = [
         StepStats(
-            float((ce[..., i] * mask[..., i]).sum().detach()),
-            int(mask[..., i].sum()),
-            int((correct[..., i] & mask[..., i]).sum()),
-            int(mask[..., i].sum()),
+            (ce[..., i] * mask[..., i]).sum().detach(),
+            mask[..., i].sum(),
+            (correct[..., i] & mask[..., i]).sum(),
+            mask[..., i].sum(),
         )
         for i in range(bs - 1)
     ]
-    return loss, stats
+    return loss, stats if fast else resolved(stats)

@@ -13,7 +13,8 @@ from torch import nn
 from eyas.drafter.eagle3 import export as layouts
 from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
-from eyas.drafter.eagle3.train import step_mask, ttt_loss
+from eyas.drafter.eagle3.train import step_mask, ttt_loss, ttt_loss_fast
+from eyas.drafter.fast_path import fast_path_on, sharded
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -50,6 +51,9 @@ class Eagle3Method(DraftMethod):
                 f"a {num_layers}-layer target is too shallow for EAGLE-3's 3 layers",
             )
         return ids
+
+    def attentions(self) -> tuple[str, ...]:
+        return ("mha", "mla")
 
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
         if len(aux_layers) != 3:
@@ -132,11 +136,8 @@ class Eagle3Method(DraftMethod):
         return train_cfg.ttt
 
     def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
-        counts = torch.tensor(
-            [float(step_mask(supervised, k).sum()) for k in range(train_cfg.ttt)],
-            dtype=torch.float64,
-        )
-        return Prepared(input_ids, supervised, counts, {})
+        counts = torch.stack([step_mask(supervised, k).sum() for k in range(train_cfg.ttt)])
+        return Prepared(input_ids, supervised, counts.to("cpu", torch.float64), {})
 
     def loss(
         self,
@@ -153,12 +154,15 @@ class Eagle3Method(DraftMethod):
         # index j reads x_{j+1} and the target's h_j
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
         ac = checkpointing_on(train_cfg, ids.shape[1])
-        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac)
-        return ttt_loss(
+        fast = fast_path_on(train_cfg, ids.device)
+        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=fast)
+        head = raw_model.lm_head.weight
+        loss = ttt_loss_fast if fast and not sharded(head) else ttt_loss
+        return loss(
             step_hidden,
             teacher,
             prepared.supervised,
-            raw_model.lm_head,
+            head if loss is ttt_loss_fast else raw_model.lm_head,
             raw_model.draft_to_target(),
             raw_model.t2d,
             normalizer,

@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from eyas.drafter.layers import MLP, RMSNorm, split_heads
 from eyas.drafter.mla import MLAAttention
 from eyas.drafter.rope import Rotary
-from eyas.drafter.ttt_attention import ttt_attention
+from eyas.drafter.ttt_attention import ttt_attention, ttt_attention_fast
 
 
 @dataclass
@@ -95,28 +95,33 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
         self.rotary = Rotary(d, cfg.rope_theta, cfg.rope_scaling)
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor):
-        """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA)."""
+    def project(self, x: torch.Tensor, positions: torch.Tensor, repeat: bool = True):
+        """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA), or [B, kv, T, d]
+        with `repeat=False` (the fast path's kernel reads each kv head for its group)."""
         q = split_heads(self.q_proj(x), self.h, self.d)
         k = split_heads(self.k_proj(x), self.kv, self.d)
         v = split_heads(self.v_proj(x), self.kv, self.d)
         q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
         rep = self.h // self.kv
+        if not repeat or rep == 1:
+            return q, k, v
         return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
 
     def output(self, out: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
 
-    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]]):
+    def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]], fast=False):
         """TTT attention. `cache` holds (k, v) of earlier steps; step 0's are attended
         causally, later steps' only on the diagonal (same index j). Returns (output, k, v);
         the caller keeps k, v (the list is read, never appended to: FSDP2 rebuilds a unit's
-        argument containers, so an append inside a unit would be lost)."""
-        q, k, v = self.project(x, positions)
+        argument containers, so an append inside a unit would be lost). `fast`: the fast
+        path's attention (`ttt_attention_fast`; k, v keep their kv heads)."""
+        q, k, v = self.project(x, positions, repeat=not fast)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
-        out = self.output(ttt_attention(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
+        attend = ttt_attention_fast if fast else ttt_attention
+        out = self.output(attend(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
         return out, k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
@@ -153,10 +158,10 @@ class DecoderLayer(nn.Module):
         h = residual + attn_out
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def forward(self, embeds, hidden, positions, cache):
+    def forward(self, embeds, hidden, positions, cache, fast=False):
         """One TTT step of the layer: (output, this step's k, v)."""
         x, residual = self._inputs(embeds, hidden)
-        out, k, v = self.self_attn(x, positions, cache)
+        out, k, v = self.self_attn(x, positions, cache, fast=fast)
         return self._finish(residual, out), k, v
 
     def cached(self, embeds, hidden, positions, past_k, past_v, mask):
@@ -202,10 +207,11 @@ class Eagle3Drafter(nn.Module):
     def _fed_back(self, normed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return normed if self.config.norm_output else out
 
-    def step(self, input_ids, hidden, positions, cache):
+    def step(self, input_ids, hidden, positions, cache, fast=False):
         """One TTT step. input_ids: [B, T]; hidden: [B, T, H] -> (normalised hidden for the
         head [B, T, H], hidden for the next step [B, T, H])."""
-        out, k, v = self.midlayer(self.embed_tokens(input_ids), hidden, positions, cache)
+        embeds = self.embed_tokens(input_ids)
+        out, k, v = self.midlayer(embeds, hidden, positions, cache, fast=fast)
         cache.append((k, v))  # here, in the root module, not inside the layer's unit
         normed = self.norm(out)
         return normed, self._fed_back(normed, out)
@@ -223,11 +229,11 @@ class Eagle3Drafter(nn.Module):
         """[..., H] -> [..., Dv]; the training loss calls it chunk by chunk."""
         return self.lm_head(normed)
 
-    def _step_alone(self, input_ids, hidden, positions, *cached):
+    def _step_alone(self, input_ids, hidden, positions, *cached, fast=False):
         """`step` as a function of its inputs (the earlier steps' keys and values flattened),
         returning this step's k, v too: what activation checkpointing recomputes."""
         cache = [(cached[i], cached[i + 1]) for i in range(0, len(cached), 2)]
-        normed, fed_back = self.step(input_ids, hidden, positions, cache)
+        normed, fed_back = self.step(input_ids, hidden, positions, cache, fast=fast)
         return normed, fed_back, *cache[-1]
 
     def forward(
@@ -236,6 +242,7 @@ class Eagle3Drafter(nn.Module):
         aux_hidden: torch.Tensor,
         ttt_steps: int,
         checkpoint_layers: bool = False,
+        fast: bool = False,
     ):
         """Unrolled TTT forward.
 
@@ -245,6 +252,7 @@ class Eagle3Drafter(nn.Module):
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
             checkpoint_layers: keep only each step's outputs and keys/values, and recompute
                 the layer's inside in backward (activation checkpointing, per TTT step).
+            fast: the fast path's attention (`ttt_attention_fast`), same function.
 
         Returns:
             list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
@@ -261,11 +269,12 @@ class Eagle3Drafter(nn.Module):
             if checkpoint_layers and torch.is_grad_enabled():
                 flat = [x for kv in cache for x in kv]
                 normed, hidden, k_s, v_s = checkpoint(
-                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False
-                )
+                    self._step_alone, ids_k, hidden, positions, *flat, use_reentrant=False,
+                    fast=fast,
+                )  # fmt: skip
                 cache.append((k_s, v_s))
             else:
-                normed, hidden = self.step(ids_k, hidden, positions, cache)
+                normed, hidden = self.step(ids_k, hidden, positions, cache, fast=fast)
             per_step.append(normed)
         return per_step
 

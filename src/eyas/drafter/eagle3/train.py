@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from eyas.drafter.fused_loss import compute_dtype, teacher_table, weighted_soft_ce
 from eyas.drafter.loss import StepStats, Teacher, shift, soft_ce, teacher_argmax
 
 
@@ -75,4 +76,51 @@ def ttt_loss(
                 int(trained.sum()),
             )
         )
+    return total, stats
+
+
+def ttt_loss_fast(
+    step_hidden: list[torch.Tensor],
+    teacher: Teacher,
+    supervised: torch.Tensor,
+    head_weight: torch.Tensor,
+    draft_ids: torch.Tensor,
+    t2d: torch.Tensor,
+    normalizer: list[float],
+    decay: float = 0.8,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, list[StepStats]]:
+    """`ttt_loss`'s loss and figures on the fast path (`eyas.drafter.fused_loss`):
+
+    - the teacher once per micro-batch (`teacher_table`: one pass of the target's head gives
+      the full-vocabulary argmax and the draft columns), each step reading it shifted by
+      1 + k, a view;
+    - step k runs over the T - 1 - k indices that have a teacher (the rest are masked in
+      `ttt_loss` too), its gradient computed in forward (`weighted_soft_ce`, one weight-gradient
+      buffer for all steps), nothing recomputed in backward;
+    - the figures stay device tensors (`StepStats`, `loss.resolved`): no host sync.
+
+    `head_weight` is the draft head's weight, a plain tensor (trained or frozen); a head sharded
+    by FSDP2 goes through `ttt_loss`, which calls the module."""
+    t = supervised.shape[1]
+    full_vocab = len(draft_ids) == len(t2d)
+    table = teacher_table(teacher.final, teacher.head, None if full_vocab else draft_ids, chunk)
+    dtype = compute_dtype(supervised.device, step_hidden[0].dtype, head_weight.dtype)
+    xs, weights, teachers, masks = [], [], [], []
+    for k, normed in enumerate(step_hidden):
+        mask_k = step_mask(supervised, k)
+        length = max(0, t - 1 - k)
+        trained = mask_k[:, :length] & t2d[table.top[:, 1 + k : 1 + k + length]]
+        # the head reads the compute dtype: its gradient comes back in it (not fp32)
+        xs.append(normed[:, :length].to(dtype))
+        weights.append(trained * (decay**k / max(normalizer[k], 1.0)))
+        teachers.append(table.shifted(1 + k, length))
+        masks.append((mask_k, trained))
+    total, figures = weighted_soft_ce(
+        xs, head_weight, weights, teachers, None if full_vocab else draft_ids, chunk
+    )
+    stats = [
+        StepStats((ce * trained).sum(), mask_k.sum(), (correct & trained).sum(), trained.sum())
+        for (ce, correct), (mask_k, trained) in zip(figures, masks)
+    ]
     return total, stats

@@ -1,0 +1,113 @@
+"""DFlash2 as a `DraftMethod`: DFlash's (anchors, mask token, fused layers, target embedding
+and head) with its own model, loss, selector decoding and layouts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from eyas.backends.vllm import conventions as vllm
+from eyas.drafter.dflash.method import DFlashMethod
+from eyas.drafter.dflash2 import export as layouts
+from eyas.drafter.dflash2.decode import DFlash2Proposer
+from eyas.drafter.dflash2.model import DFlash2Config, DFlash2Drafter
+from eyas.drafter.dflash2.train import block_loss
+from eyas.drafter.method import unsupported_export
+from eyas.errors import EyasError
+from eyas.hf_models import TargetModel
+
+
+class DFlash2Method(DFlashMethod):
+    name = "dflash2"
+
+    # -- config ----------------------------------------------------------------------------
+
+    def build_config(
+        self,
+        *,
+        target: TargetModel,
+        train_cfg: Any,
+        aux_layers: list[int],
+        vocab: dict,
+        max_positions: int,
+    ) -> DFlash2Config:
+        base = super().build_config(
+            target=target,
+            train_cfg=train_cfg,
+            aux_layers=aux_layers,
+            vocab=vocab,
+            max_positions=max_positions,
+        )
+        keys = {k: int(getattr(train_cfg, k)) for k in vllm.DFLASH2_KEYS}
+        try:
+            return DFlash2Config(**asdict(base), **keys)
+        except ValueError as exc:  # a group size that does not divide the width, ...
+            raise EyasError("bad_flag", f"dflash2: {exc}") from exc
+
+    def config_from_dict(self, raw: dict) -> DFlash2Config:
+        fields = DFlash2Config.__dataclass_fields__
+        return DFlash2Config(**{k: v for k, v in raw.items() if k in fields})
+
+    def build_model(self, config: DFlash2Config) -> DFlash2Drafter:
+        return DFlash2Drafter(config)
+
+    # -- training --------------------------------------------------------------------------
+
+    def block_loss(self, raw_model, states, prepared, teacher, normalizer, train_cfg):
+        """DFlash's slot loss plus the selector's (`eyas.drafter.dflash2.train`)."""
+        return block_loss(
+            states,
+            teacher,
+            prepared.input_ids,
+            prepared.supervised,
+            prepared.extra["anchors"],
+            prepared.extra["valid"],
+            normalizer,
+            raw_model.candidate_selector,
+            selector_alpha=train_cfg.selector_loss_alpha,
+            weighting=train_cfg.dflash_weighting,
+            gamma=train_cfg.dflash_gamma,
+            alpha=train_cfg.dpace_alpha,
+            chunk=train_cfg.chunk_len,
+        )
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def proposer(self, model: DFlash2Drafter) -> DFlash2Proposer:
+        return DFlash2Proposer(model)
+
+    # -- export, loading and validation ----------------------------------------------------
+
+    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
+        d = model.config
+        if fmt == "sglang":
+            config = layouts.zlab_config(d, target, engine_version)
+        elif fmt == "vllm":
+            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
+        else:
+            raise unsupported_export("dflash2", fmt, "the layouts are sglang and vllm")
+        return config, layouts.exported_tensors(model)
+
+    def reads(self, config: dict) -> bool:
+        return layouts.dflash.is_dflash2(config)
+
+    def read_export(self, config: dict) -> DFlash2Config:
+        return layouts.read_config(config)
+
+    def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
+        return layouts.expected_tensors(config)
+
+    def vllm_refusal(self) -> str | None:
+        """vLLM drafts with the selector only in its V2 model runner, which needs Triton; the
+        CPU build eyas starts without a GPU refuses the drafter (`vllm.DFLASH2_CPU_REFUSAL`),
+        so eyas refuses first. Its loader takes the export all the same (`export check`)."""
+        if torch.cuda.is_available():
+            return None
+        return (
+            "vLLM serves DFlash2 only with its V2 model runner, which needs Triton (a GPU "
+            f"build): the CPU build refuses it ('{vllm.DFLASH2_CPU_REFUSAL}', "
+            "vllm/config/vllm.py). Evaluate it offline (no --backend), or serve it on a "
+            "GPU vLLM and pass --url"
+        )

@@ -1,0 +1,28 @@
+"""Which training step runs: the fast path or the reference one (`--fast-path auto|on|off`).
+
+The reference path is SDPA attention with the diagonal merged through a sink column
+(`eagle3.model.ttt_attention`) and a checkpointed, chunked loss that recomputes the teacher in
+backward (`loss.soft_ce`): plain PyTorch, the CPU's path and the definition. The fast path
+computes the same function with FlexAttention (`eagle3.model.ttt_attention_fast`,
+`eyas.drafter.flex`), the teacher once per micro-batch and the loss's gradient in forward
+(`eyas.drafter.fused_loss`), statistics left on the device; `tests/drafter/test_fast_path.py`
+holds the two equal on CPU. `auto` runs it on CUDA, where it is compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def fast_path_on(train_cfg: Any, device: torch.device | str) -> bool:
+    mode = getattr(train_cfg, "fast_path", "auto")
+    return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
+
+
+def sharded(tensor: torch.Tensor) -> bool:
+    """A DTensor shard (FSDP2): its whole value exists only inside its module's forward."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)

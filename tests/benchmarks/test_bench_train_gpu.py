@@ -1,0 +1,37 @@
+"""bench/bench_train_gpu.py at toy width on CPU (`--tiny`), so the GPU benchmark cannot rot
+between the sessions that have a GPU: the path check, eyas's cases on both paths and
+speculators' case (in its own venv) all run, every case's losses fall, and at equal settings
+eyas with its head frozen trains exactly as many parameters as speculators as it ships."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow  # five processes, each importing torch and eyas or speculators
+def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
+    out = tmp_path / "train_gpu.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_train_gpu.py"), "--tiny", "--out", str(out),
+         "--spec-python", str(speculators_python), "--warmup", "1", "--steps", "2",
+         "--case-timeout", "600", "--budget-s", "3600"],
+        check=True, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["tiny"] and set(data["path_check"]) == {"gqa", "mla"}
+    for drafter in data["path_check"].values():
+        assert drafter["agree"], drafter
+    cases = {(c["name"], c["tokens"]): c for c in data["cases"]}
+    assert len(cases) == 4
+    for case in cases.values():
+        assert "error" not in case and case["tokens_per_s"] > 0, case
+        assert case["losses_fall"], case
+    eyas = cases[("eyas llama frozen", 128)]
+    assert eyas["trainable_parameters"] == cases[("speculators", 128)]["trainable_parameters"]
+    assert eyas["fast_path"] and not cases[("eyas kimi mha reference path", 128)]["fast_path"]
+    assert eyas["budget"]["gflop_per_token"] > 0

@@ -1,0 +1,48 @@
+"""bench/bench_real_quality.py in its smoke mode (`--tiny`: a few real prompts, 2 steps, one
+point), so the long benchmark cannot rot: every stage runs for real (the prompt split,
+generate, audit and capture through vLLM, training, export, served eval against a baseline
+server), and a second run resumes from the results file without training again."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "bench_real_quality.py"
+
+
+def _run(work: Path, out: Path) -> str:
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--workdir", str(work), "--arms", "eagle3"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=3000
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_the_smoke_run_measures_a_point_and_resumes(tmp_path, smollm2, vllm_python):
+    work, out = tmp_path / "work", tmp_path / "real_quality.json"
+    _run(work, out)
+    d = json.loads(out.read_text())
+    split = d["data"]["split"]
+    assert split["disjoint"]["shared"] == 0 and split["disjoint"]["heldout_user_texts"] > 0
+    assert {t["category"] for t in split["train"].values()} == {"chat", "code", "tool_calls"}
+    arm = d["arms"]["eagle3"]
+    assert arm["status"] == "step_cap" and arm["commits"]  # a main arm: its one point
+    (point,) = arm["points"]
+    assert point["steps"] == 2 and point["segment"]["from_step"] == 0
+    assert point["train_seconds"] > 0 and point["cpu_seconds"] > 0
+    assert len(point["load_average"]) == 3
+    assert point["lossless"] is True  # against the baseline server, twice
+    assert point["acceptance_length"] >= 1.0 and point["verify_steps"] > 0
+    assert len(point["acceptance_rate_per_position"]) == 3
+    assert set(point["categories"]) <= {"chat", "code", "tool_calls", "math"}
+    assert "math" in point["categories"]  # MT-Bench's math questions, held out
+    again = _run(work, out)  # everything done: nothing is trained or served again
+    assert "eagle3: step_cap already" in again
+    assert json.loads(out.read_text())["arms"]["eagle3"]["points"] == arm["points"]
