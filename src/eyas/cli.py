@@ -20,10 +20,12 @@ No traceback for either.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ from eyas.config import (
     TrainConfig,
     method_option_keys,
 )
+from eyas.config_legacy import DeprecatedKey
 from eyas.errors import EyasError
 from eyas.store.job_result import RunStatus
 
@@ -104,6 +107,30 @@ app.add_typer(toy_app, name="toy")
 app.add_typer(export_app, name="export")
 
 
+@contextlib.contextmanager
+def _deprecations_as_lines() -> Iterator[None]:
+    """Each old config key or flag read (`eyas.config_legacy`): one `deprecated:` line on
+    stderr, once per command, instead of Python's two-line warning."""
+    from rich.markup import escape
+
+    seen: set[str] = set()
+    shown = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, DeprecatedKey):
+            return shown(message, category, *args, **kwargs)
+        if str(message) not in seen:
+            seen.add(str(message))
+            console.print(
+                f"[yellow]deprecated:[/] {escape(str(message))}", highlight=False, soft_wrap=True
+            )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DeprecatedKey)
+        warnings.showwarning = show
+        yield
+
+
 def _user_errors(fn):
     """Turn the errors a user must fix into one `error:` line and an exit code."""
 
@@ -112,7 +139,8 @@ def _user_errors(fn):
         from pydantic import ValidationError
 
         try:
-            return fn(*args, **kwargs)
+            with _deprecations_as_lines():
+                return fn(*args, **kwargs)
         except EyasError as exc:
             _fail(f"{exc.detail} [{exc.reason}]", exc.exit_code)
         except ValidationError as exc:
@@ -171,12 +199,17 @@ def _server_flags(key: str, prefix: str = "") -> tuple[Flag, ...]:
 # when a command has no --url; `--vllm-python` is the old name of `--engine-python`
 _ENGINE_FLAGS = (
     Flag("engine.python", "--engine-python"),
-    Flag("engine.python", "--vllm-python", help="the old name of --engine-python"),
+    Flag("engine.python", "--vllm-python", now="--engine-python"),
     Flag("engine.args", "--engine-arg"),
     Flag("engine.tensor_parallel_size", "--tensor-parallel-size"),
     Flag("engine.data_parallel_size", "--data-parallel-size"),
     Flag("engine.enforce_eager", "--enforce-eager"),
     Flag("engine.max_model_len", "--max-model-len"),
+)
+
+# `--include-truncated` (cut outputs trained too; off: skipped) became `--truncated train|skip`
+_INCLUDE_TRUNCATED = Flag(
+    "truncated", "--include-truncated", now="--truncated train", switch=("train", "skip")
 )
 
 _MODEL_FLAGS = (
@@ -415,6 +448,7 @@ def status(cfg: StatusConfig) -> None:
     "max_len",
     "limit",
     "truncated",
+    _INCLUDE_TRUNCATED,
     "quarantine",
     "include_quarantined",
     "force",
@@ -473,6 +507,7 @@ def capture(cfg: CaptureConfig) -> None:
     "quarantine",
     "include_quarantined",
     "truncated",
+    _INCLUDE_TRUNCATED,
     "fsdp",
     "precision",
     "activation_checkpointing",
@@ -569,7 +604,7 @@ def export_drafter_cmd(cfg: ExportDrafterConfig) -> None:
     "target",
     "engine",
     "engine_python",
-    Flag("engine_python", "--vllm-python", help="the old name of --engine-python"),
+    Flag("engine_python", "--vllm-python", now="--engine-python"),
 )
 def export_check_cmd(cfg: ExportCheckConfig) -> None:
     """Validate an exported drafter (tensors, shapes, dtypes, embedding, aux ids, positions;
@@ -592,6 +627,7 @@ def export_check_cmd(cfg: ExportCheckConfig) -> None:
     "format",
     "out",
     "truncated",
+    _INCLUDE_TRUNCATED,
     "quarantine",
     "include_quarantined",
 )

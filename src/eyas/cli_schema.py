@@ -32,6 +32,7 @@ from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
 from eyas.config import Choices, ConfigError, build_config, values_at
+from eyas.config_legacy import UNTIL, deprecated
 from eyas.errors import EyasError
 
 
@@ -40,6 +41,10 @@ class Flag:
     key: str  # dotted config key
     name: str | None = None  # option name; default: the key's last part, dashed
     help: str | None = None
+    # an old flag kept as an alias: what it is now (each use prints one `deprecated:` line)
+    now: str | None = None
+    # an old on/off switch for a key that now takes a value: (value when on, value when off)
+    switch: tuple[Any, Any] | None = None
 
     @property
     def option(self) -> str:
@@ -165,6 +170,9 @@ def _help(field: FieldInfo, spec: Flag | Arg, default: Any) -> str:
     else:
         shown = "" if default is None or default == [] else f"; default {default}"
     described = spec.help or field.description or ""
+    if isinstance(spec, Flag) and spec.now:
+        off = f", --no-{spec.option[2:]} {spec.switch[1]}" if spec.switch else ""
+        described = f"the old name of {spec.now}{off} (read until {UNTIL})"
     if _registry_choices(field):
         described += f" (one of: {', '.join(choices_of(field) or ())})"
     text = f"{described} [{spec.key}{shown}]".strip()
@@ -198,7 +206,7 @@ def _annotation(field: FieldInfo) -> Any:
 def _parameter(model: type[BaseModel], name: str, spec: Flag | Arg) -> inspect.Parameter:
     field = field_of(model, spec.key)
     default = default_of(model, spec.key)
-    annotation = _annotation(field)
+    annotation = bool if isinstance(spec, Flag) and spec.switch else _annotation(field)
     info: Any
     if isinstance(spec, Arg):
         info = typer.Argument(
@@ -280,6 +288,10 @@ def schema_flags(
                 value = kwargs.pop(name, None)
                 if value is not None and value != [] and value != ():
                     value = list(value) if isinstance(value, tuple) else value
+                    if isinstance(spec, Flag) and spec.switch:
+                        value = spec.switch[0] if value else spec.switch[1]
+                    if isinstance(spec, Flag) and spec.now:
+                        deprecated(spec.option, spec.now, "flag")
                     if spec.key in given and given[spec.key] != value:  # a flag and its alias
                         raise ConfigError(
                             f"{by[spec.key]} and {spec.option} set {spec.key}: give one"

@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
 from pydantic_core import core_schema
 
+from eyas import config_legacy
 from eyas.backends.engine import EngineOptions
 from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
@@ -180,13 +181,10 @@ class _OptionsOfItsEngine:
 EngineSettings = SerializeAsAny[Annotated[EngineOptions, _OptionsOfItsEngine()]]
 
 
-def _engine_input(
-    data: Any, kind: str, legacy: dict[str, tuple[str, Any]], command: str
-) -> dict[str, Any]:
+def _engine_input(data: Any, kind: str, command: str) -> dict[str, Any]:
     """The raw `engine` table of a command running on engine `kind`, before validation: its
-    `kind` set, and each key of `legacy` (old dotted key -> (option, its old default)) moved
-    into it. An old key the engine has no option for is dropped when it holds the old default
-    (configs wrote every key), refused otherwise."""
+    `kind` set, and the command's old keys that the engine's options now hold moved into it
+    (`eyas.config_legacy`)."""
     from eyas.backends.registry import ENGINES
 
     data = dict(data)
@@ -198,68 +196,28 @@ def _engine_input(
         raise ValueError(f"{command}: engine.kind {engine['kind']!r} is not the backend {kind!r}")
     engine["kind"] = kind
     fields = ENGINES[kind].options.model_fields if kind in ENGINES else {}
-    for old, (option, default) in legacy.items():
-        *parents, leaf = old.split(".")
-        node = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            continue
-        node = dict(node)
-        value = node.pop(leaf)
-        if parents:
-            data[parents[0]] = node  # (old keys sit at most one table deep)
-        else:
-            data = {k: v for k, v in data.items() if k != leaf}
-        if option not in fields:
-            if value == default:
-                continue
-            raise ValueError(f"{command}: {old} is not an option of engine {kind!r}")
-        if option in engine and engine[option] != value:
-            raise ValueError(f"{command}: {old} is the old name of engine.{option}: give one")
-        engine[option] = value
+    data = config_legacy.engine_keys(data, engine, fields, command)
     data["engine"] = engine
     return data
 
 
-def _server_input(
-    model: type[BaseModel], data: Any, where: str, moved: dict[str, str], command: str
-) -> Any:
-    """The raw input of a command's `ServerConfig` at `where`, before validation:
-
-    - a config written before the server settings had one home still loads: each old key of
-      `moved` (old -> new, dotted under `where`) is moved there; giving both the old and the
-      new key is refused (which one should win?);
-    - the keys given are laid over the command's own defaults (its default_factory), so
-      `--timeout 60` keeps capture's 8 in flight rather than the shared model's default.
-    """
+def _server_input(model: type[BaseModel], data: Any, command: str) -> Any:
+    """The raw input of a command's `ServerConfig`, before validation: the old keys moved
+    there (`eyas.config_legacy`), and the keys given laid over the command's own defaults (its
+    default_factory), so `--timeout 60` keeps capture's 8 in flight rather than the shared
+    model's default."""
     if not isinstance(data, dict):
         return data
-    data = dict(data)
+    where = config_legacy.SERVER_KEYS[command][0]
+    data = config_legacy.server_keys(data, command)
     server = data.get(where)
     if server is not None and not isinstance(server, dict):
         return data  # a ServerConfig already built
-    server = dict(server or {})
-    for old, new in moved.items():
-        if old not in data:
-            continue
-        value = data.pop(old)
-        node = server
-        *parents, leaf = new.split(".")
-        for part in parents:
-            node[part] = dict(node.get(part) or {})
-            node = node[part]
-        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
-            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
-            if any(node[leaf][k] != value[k] for k in node[leaf]):
-                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        elif leaf in node and node[leaf] != value:
-            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        node[leaf] = value
-    if where in data or server:
+    if where in data:
+        server = dict(server or {})
         own = model.model_fields[where].default_factory().model_dump(exclude_unset=True)
         retry = {**own.pop("retry", {}), **(server.get("retry") or {})}
-        data[where] = {**own, **server, **({"retry": retry} if retry else {})}
+        data = {**data, where: {**own, **server, **({"retry": retry} if retry else {})}}
     return data
 
 
@@ -367,7 +325,7 @@ class PipelineConfig(_Strict):
             kind = backend.kind
         elif isinstance(backend, dict):
             kind = backend.get("kind", kind)
-        return _engine_input(data, kind, _GENERATE_LEGACY, "generate")
+        return _engine_input(data, kind, "generate")
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:
@@ -417,24 +375,6 @@ METHOD_OPTIONS: tuple[type[BaseModel], ...] = (
 
 def method_option_keys() -> tuple[str, ...]:
     return tuple(k for model in METHOD_OPTIONS for k in model.model_fields)
-
-
-# keys of configs written before the server settings had one home (old -> new under the
-# command's ServerConfig): still loaded, see docs/cluster-servers.md
-_TRAIN_LEGACY = {"capture_urls": "urls", "capture_concurrency": "concurrency"}
-_CAPTURE_LEGACY = {
-    **{k: k for k in ("urls", "url_file", "url_file_s", "concurrency", "adaptive_concurrency")},
-    **{k: k for k in ("timeout_s", "ready_timeout_s")},
-    **{k: f"retry.{k}" for k in ("max_attempts", "backoff_s", "max_consecutive_failures")},
-}
-_EVAL_LEGACY = {k: k for k in ("urls", "url_file", "url_file_s", "timeout_s", "retry")}
-# keys of configs written before each engine owned its options (old -> (option, old default))
-_GENERATE_LEGACY = {
-    "backend.batch_size": ("batch_size", 1),
-    "backend.vllm_endpoint": ("endpoint", "completions"),
-    "backend.served_model": ("served_model", None),
-}
-_START_LEGACY = {"vllm_python": ("python", None)}  # capture and eval: `--vllm-python`
 
 
 class TrainConfig(_Strict, *METHOD_OPTIONS):
@@ -581,7 +521,7 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _server_input(cls, data, "capture_server", _TRAIN_LEGACY, "train")
+        return _server_input(cls, config_legacy.renamed_keys(data, "train"), "train")
 
     @field_validator("aux_layers")
     @classmethod
@@ -692,11 +632,11 @@ class CaptureConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        data = _server_input(cls, data, "server", _CAPTURE_LEGACY, "capture")
+        data = _server_input(cls, config_legacy.renamed_keys(data, "capture"), "capture")
         if not isinstance(data, dict):
             return data
         kind = data.get("backend", cls.model_fields["backend"].default)
-        return _engine_input(data, kind, _START_LEGACY, "capture")
+        return _engine_input(data, kind, "capture")
 
     @model_validator(mode="after")
     def _server(self) -> CaptureConfig:
@@ -791,11 +731,11 @@ class EvalConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        data = _server_input(cls, data, "server", _EVAL_LEGACY, "eval")
+        data = _server_input(cls, data, "eval")
         if not isinstance(data, dict):
             return data
         kind = data.get("backend", cls.model_fields["backend"].default)
-        return _engine_input(data, kind, _START_LEGACY, "eval")
+        return _engine_input(data, kind, "eval")
 
     @field_validator("baseline_urls")
     @classmethod
@@ -985,12 +925,7 @@ class ExportCheckConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _old_key(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "vllm_python" in data:  # the old key (--vllm-python)
-            data = dict(data)
-            old = data.pop("vllm_python")
-            if data.get("engine_python") is None:
-                data["engine_python"] = old
-        return data
+        return config_legacy.renamed_keys(data, "export check")
 
 
 class ExportSamplesConfig(_Strict):
@@ -1009,6 +944,11 @@ class ExportSamplesConfig(_Strict):
         None, description="audit quarantine list (default: the one beside the data, if any)"
     )
     include_quarantined: bool = Field(False, description="export quarantined samples too")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_key(cls, data: Any) -> Any:
+        return config_legacy.renamed_keys(data, "export samples")
 
 
 # -- quickstart / toy ----------------------------------------------------------------------------

@@ -139,7 +139,8 @@ def test_an_old_and_a_new_key_for_one_setting_is_one_error_line(toy_tiny, toy_sa
     )
     assert res.exit_code == 2, res.output
     lines = [line for line in res.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+    assert len(lines) == 2 and lines[0].startswith("deprecated: max_attempts"), res.output
+    assert lines[1].startswith("error:"), res.output
     assert "max_attempts is the old name of server.retry.max_attempts" in res.output
     assert "Traceback" not in res.output
 

@@ -1,0 +1,182 @@
+"""The old config keys and flags (`eyas.config_legacy`): each still gives the config its new
+key gives, and each one read prints exactly one `deprecated:` line (a `DeprecatedKey`
+warning in Python), never a traceback."""
+
+import json
+import warnings
+
+import pytest
+from typer.testing import CliRunner
+
+from eyas.cli import app
+from eyas.config import (
+    CaptureConfig,
+    EvalConfig,
+    ExportCheckConfig,
+    ExportSamplesConfig,
+    PipelineConfig,
+    TrainConfig,
+    build_config,
+)
+from eyas.config_legacy import UNTIL, DeprecatedKey
+
+URL = "http://127.0.0.1:9"
+
+
+def _read(model, file=None, flags=None, overrides=None):
+    """The config and the deprecation messages its reading gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = build_config(model, file, flags, overrides)
+    return cfg, [str(w.message) for w in caught if issubclass(w.category, DeprecatedKey)]
+
+
+def _deprecated_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("deprecated:")]
+
+
+@pytest.fixture
+def paths(tmp_path, toy_tiny, toy_samples):
+    py = tmp_path / "python"
+    py.write_text("")
+    return {"target": str(toy_tiny), "data": str(toy_samples), "out": str(tmp_path), "py": py}
+
+
+def test_every_old_key_reads_as_its_new_key_with_one_deprecation(paths):
+    """(model, the config with the old key, the same with its new key, the old key)."""
+    t, d, o, py = paths["target"], paths["data"], paths["out"], paths["py"]
+    train = {"target": t, "data": d, "out": o}
+    cap = {**train, "backend": "vllm"}
+    served = {"target": t, "drafter": o, "input": d, "backend": "vllm"}
+    samples = {"input": d, "format": "specforge", "out": o}
+    gen = {"model": {"dir": "m"}}
+    backend = {"kind": "vllm", "urls": [URL]}
+    cases = [
+        (TrainConfig, {**train, "include_truncated": False}, {**train, "truncated": "skip"},
+         "include_truncated"),
+        (TrainConfig, {**train, "include_truncated": True}, {**train, "truncated": "train"},
+         "include_truncated"),
+        (TrainConfig, {**train, "capture_ahead": 1, "capture_urls": [URL]},
+         {**train, "capture_ahead": 1, "capture_server": {"urls": [URL]}}, "capture_urls"),
+        (TrainConfig, {**train, "capture_concurrency": 3},
+         {**train, "capture_server": {"concurrency": 3}}, "capture_concurrency"),
+        (CaptureConfig, {**cap, "server": {"urls": [URL]}, "include_truncated": False},
+         {**cap, "server": {"urls": [URL]}, "truncated": "skip"}, "include_truncated"),
+        (CaptureConfig, {**cap, "server": {"urls": [URL]}, "max_attempts": 2},
+         {**cap, "server": {"urls": [URL], "retry": {"max_attempts": 2}}}, "max_attempts"),
+        (CaptureConfig, {**cap, "vllm_python": py}, {**cap, "engine": {"python": py}},
+         "vllm_python"),
+        (EvalConfig, {**served, "vllm_python": py}, {**served, "engine": {"python": py}},
+         "vllm_python"),
+        (EvalConfig, {**served, "server": {"urls": [URL]}, "retry": {"max_attempts": 7}},
+         {**served, "server": {"urls": [URL], "retry": {"max_attempts": 7}}}, "retry"),
+        (PipelineConfig, {**gen, "backend": {**backend, "vllm_endpoint": "generate"}},
+         {**gen, "backend": backend, "engine": {"endpoint": "generate"}},
+         "backend.vllm_endpoint"),
+        (ExportSamplesConfig, {**samples, "include_truncated": False},
+         {**samples, "truncated": "skip"}, "include_truncated"),
+        (ExportCheckConfig, {"path": o, "vllm_python": py}, {"path": o, "engine_python": py},
+         "vllm_python"),
+    ]  # fmt: skip
+    for model, old, new, key in cases:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = model.model_validate(old)
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecatedKey)]
+        assert got == model.model_validate(new), (model.__name__, key)
+        assert len(messages) == 1, (model.__name__, key, messages)
+        assert messages[0].startswith(f"{key} is now "), messages
+        assert messages[0].endswith(f"the old key is read until {UNTIL}"), messages
+    # the new keys alone: no deprecation
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecatedKey)
+        for model, _, new, _ in cases:
+            model.model_validate(new)
+
+
+def test_include_truncated_in_an_old_toml_file(paths, tmp_path):
+    """Old configs wrote every key: `include_truncated = false` was the old default (skip)."""
+    toml = tmp_path / "train.toml"
+    body = f'target = "{paths["target"]}"\ndata = "{paths["data"]}"\nout = "o"\n'
+    toml.write_text(body + "include_truncated = false\n")
+    cfg, messages = _read(TrainConfig, toml)
+    assert cfg.truncated == "skip"
+    assert messages == [
+        f"include_truncated is now truncated (train|skip); the old key is read until {UNTIL}"
+    ]
+    toml.write_text(body + "include_truncated = true\n")
+    assert _read(TrainConfig, toml)[0].truncated == "train"
+    # the old key and the new one saying different things: which one should win?
+    with pytest.raises(ValueError, match="include_truncated is the old name of truncated"):
+        _read(TrainConfig, toml, None, ["truncated=skip"])
+
+
+def test_include_truncated_flag_is_an_alias(tmp_path, toy_samples):
+    """`--include-truncated` is `--truncated train`, `--no-include-truncated` `--truncated
+    skip`: the same samples exported, and one deprecation line."""
+    rows = [json.loads(line) for line in toy_samples.read_text().splitlines()]
+    rows[0]["finish_reason"] = "length"  # cut at max_new_tokens (and no loop)
+    data = tmp_path / "cut.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def export(*flags: str) -> tuple[list[str], str]:
+        out = tmp_path / "out.jsonl"
+        res = CliRunner().invoke(
+            app,
+            ["export", "samples", str(data), "--format", "specforge", "--out", str(out), *flags],
+        )
+        assert res.exit_code == 0, res.output
+        return [json.loads(x)["id"] for x in out.read_text().splitlines()], res.output
+
+    trained, quiet = export("--truncated", "train")
+    skipped, _ = export("--truncated", "skip")
+    assert rows[0]["id"] in trained and rows[0]["id"] not in skipped
+    assert _deprecated_lines(quiet) == []
+    for flag, expected in (("--include-truncated", trained), ("--no-include-truncated", skipped)):
+        ids, output = export(flag)
+        assert ids == expected, flag
+        assert _deprecated_lines(output) == [
+            "deprecated: --include-truncated is now --truncated train; the old flag is read "
+            f"until {UNTIL}"
+        ], output
+        assert "Traceback" not in output and "FutureWarning" not in output
+    res = CliRunner().invoke(
+        app,
+        [
+            *("export", "samples", str(data), "--format", "specforge"),
+            *("--out", str(tmp_path / "x.jsonl"), "--include-truncated", "--truncated", "skip"),
+        ],
+    )
+    assert res.exit_code == 2 and "give one" in res.output, res.output
+
+
+def test_an_old_key_in_a_file_is_one_line_on_the_command_line(paths, tmp_path):
+    """A capture config written before the server settings had one home: each old key read
+    prints one line, and the command goes on (here to its dry run)."""
+    toml = tmp_path / "cap.toml"
+    toml.write_text(
+        f'target = "{paths["target"]}"\ndata = "{paths["data"]}"\nout = "o"\n'
+        'backend = "vllm"\nurls = ["http://127.0.0.1:9"]\nmax_attempts = 6\n'
+    )
+    res = CliRunner().invoke(app, ["capture", "--config", str(toml), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert _deprecated_lines(res.output) == [
+        f"deprecated: urls is now server.urls; the old key is read until {UNTIL}",
+        f"deprecated: max_attempts is now server.retry.max_attempts; the old key is read until "
+        f"{UNTIL}",
+    ], res.output
+    assert "Traceback" not in res.output and "FutureWarning" not in res.output
+
+
+def test_vllm_python_flag_prints_one_line(paths, tmp_path):
+    res = CliRunner().invoke(
+        app,
+        [
+            *("export", "check", paths["out"], "--vllm-python", str(paths["py"])),
+            *("--set", "engine_python=/elsewhere"),
+        ],
+    )
+    assert res.exit_code == 2, res.output  # the flag and an override disagree: one error
+    assert _deprecated_lines(res.output) == [
+        f"deprecated: --vllm-python is now --engine-python; the old flag is read until {UNTIL}"
+    ], res.output
