@@ -33,9 +33,9 @@ from peers import vllm_offline, vllm_python
 
 from eyas.backends.vllm.options import VLLMOptions
 from eyas.backends.vllm.server import VLLMServer
+from eyas.capture.config import CaptureConfig
 from eyas.capture.result import CaptureResult
 from eyas.capture.run import capture_layers, run_capture
-from eyas.config import CaptureConfig
 from eyas.render import Renderer
 from eyas.sources import convert_rows
 from eyas.toy.build import build_toy

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from bench_methods import _data, _offline
 
-from eyas.config import TrainConfig
 from eyas.evaluate.prompts import load_prompts
+from eyas.train.config import TrainConfig
 from eyas.train.loop import run_train
 
 BASE = {

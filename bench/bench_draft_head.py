@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from bench_methods import _data, _offline, same_steps_then_same_time
 
-from eyas.config import TrainConfig
 from eyas.evaluate.prompts import load_prompts
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 
 HEADS = ("trained", "frozen")

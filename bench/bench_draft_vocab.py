@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from bench_methods import _data, _offline
 
-from eyas.config import TrainConfig
 from eyas.evaluate.prompts import load_prompts
 from eyas.hf_models import target_model
 from eyas.jsonl import read_json_object
+from eyas.train.config import TrainConfig
 from eyas.train.loop import run_train
 
 KIMI_VOCAB = 163840

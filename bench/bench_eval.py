@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from eyas.config import EvalConfig
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.result import EvalResult
 from eyas.evaluate.run import run_eval
 

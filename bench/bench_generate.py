@@ -35,7 +35,8 @@ from statistics import median
 import orjson
 from peers import speculators_venv
 
-from eyas.config import BackendConfig, GenerateConfig, ModelConfig, PipelineConfig
+from eyas.config import ModelConfig
+from eyas.generate.config import BackendConfig, GenerateConfig, PipelineConfig
 from eyas.generate.run import run_generate
 from eyas.render.renderer import Renderer
 from eyas.testing.server import fake_sglang_server

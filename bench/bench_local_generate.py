@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 from peers import ROOT
 
-from eyas.config import BackendConfig, GenerateConfig, ModelConfig, PipelineConfig
+from eyas.config import ModelConfig
+from eyas.generate.config import BackendConfig, GenerateConfig, PipelineConfig
 from eyas.generate.run import run_generate
 from eyas.hf_models import load_frozen_lm
 from eyas.render.renderer import Renderer

@@ -45,14 +45,15 @@ from pathlib import Path
 
 import torch
 
-from eyas.config import EvalConfig, TrainConfig
 from eyas.drafter.load import load_drafter
 from eyas.drafter.registry import method_of
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.prompts import load_prompts
 from eyas.evaluate.speculative import greedy_reference, speculative_decode
 from eyas.hf_models import load_frozen_lm
 from eyas.render.renderer import Renderer
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 from eyas.train.metrics import acceptance_estimate
 
@@ -87,11 +88,11 @@ class TimedProposer:
 
 def _data(target: Path, out: Path, rows: int, max_new_tokens: int) -> tuple[Path, Path]:
     """(generated training samples, held-out eval prompts), both from the target's template."""
-    from eyas.config import (
+    from eyas.config import ModelConfig
+    from eyas.generate.config import (
         BackendConfig,
         DatasetConfig,
         GenerateConfig,
-        ModelConfig,
         PipelineConfig,
         RunConfig,
     )

@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 from bench_methods import _data, _offline
 
-from eyas.config import TrainConfig
 from eyas.drafter.mla import kv_bytes_per_token
 from eyas.evaluate.prompts import load_prompts
+from eyas.train.config import TrainConfig
 from eyas.train.loop import run_train
 
 ATTENTIONS = ("mha", "mla")

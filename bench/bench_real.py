@@ -48,11 +48,11 @@ from bench_local_generate import smollm2_dir
 from bench_train import timed
 from real_pipeline import capture, cli, export_captured_batches, generate, peer_train, served
 
-from eyas.config import TrainConfig
 from eyas.render.renderer import Renderer
 from eyas.render.run import render_file
 from eyas.sources.run import convert_file
 from eyas.toy.datasets import FAMILIES, family_rows
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 
 CHAT = ("b4_sharegpt", "b5_ultrachat", "b6_math", "b7_code", "b8_reasoning")

@@ -75,7 +75,7 @@ from real_pipeline import (
 )
 from real_prompts import build
 
-from eyas.config import TrainConfig
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 
 SCHEDULE = (10, 25, 50, 100, 150, 200, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000)
@@ -407,7 +407,7 @@ class Bench:
         point's lossless check (two runs) and speedup use it, and no point pays its start."""
         if self._baseline is None:
             from eyas.backends import registry
-            from eyas.config import EvalConfig
+            from eyas.evaluate.config import EvalConfig
 
             cfg = EvalConfig(
                 target=self.model, drafter=self.model, input=self.heldout, backend="vllm",

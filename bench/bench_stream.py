@@ -32,9 +32,10 @@ import torch
 from bench_train import samples, timed
 
 import eyas.backends.registry as registry
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig, TrainConfig
 from eyas.toy.build import build_toy
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 
 

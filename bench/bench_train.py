@@ -39,13 +39,14 @@ import torch
 from peers import ROOT, speculators_venv
 from safetensors.torch import save_file
 
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig, TrainConfig
 from eyas.render.renderer import Renderer
 from eyas.sources import convert_rows
 from eyas.toy.build import build_toy
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 from eyas.train.result import StepMetrics
 

@@ -127,7 +127,7 @@ def child_memory(capture: Path, kind: str) -> dict:
 
 
 def child_steps(capture: Path, target: Path, steps: int) -> dict:
-    from eyas.config import TrainConfig
+    from eyas.train.config import TrainConfig
     from eyas.train.loop import Trainer
 
     with tempfile.TemporaryDirectory(dir=capture.parent) as out:

@@ -53,8 +53,8 @@ def child_eyas(length: int, ttt: int = 3, ac: str = "off", drafter_only: bool = 
     the resident high-water mark (VmHWM, reset through /proc/self/clear_refs) above the
     resident size just before them: the drafter step's own memory, without the target
     forward's (eager attention, quadratic in T) or the imports'."""
-    from eyas.config import TrainConfig
     from eyas.toy.build import build_toy
+    from eyas.train.config import TrainConfig
     from eyas.train.loop import Trainer
 
     model_dir = build_toy("tiny")

@@ -57,8 +57,8 @@ def _schema(path: tuple[str, ...]) -> CommandSchema:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, toy_tiny) -> dict[str, Path]:
     """Valid inputs of every kind the commands read, on the tiny toy target."""
+    from eyas.capture.config import CaptureConfig
     from eyas.capture.run import run_capture
-    from eyas.config import CaptureConfig
     from eyas.export.drafter import export_drafter
     from eyas.render import Renderer
     from eyas.render.run import render_file

@@ -8,17 +8,14 @@ import warnings
 import pytest
 from typer.testing import CliRunner
 
+from eyas.capture.config import CaptureConfig
 from eyas.cli import app
-from eyas.config import (
-    CaptureConfig,
-    EvalConfig,
-    ExportCheckConfig,
-    ExportSamplesConfig,
-    PipelineConfig,
-    TrainConfig,
-    build_config,
-)
+from eyas.config import build_config
 from eyas.config_legacy import UNTIL, DeprecatedKey
+from eyas.evaluate.config import EvalConfig
+from eyas.export.config import ExportCheckConfig, ExportSamplesConfig
+from eyas.generate.config import PipelineConfig
+from eyas.train.config import TrainConfig
 
 URL = "http://127.0.0.1:9"
 

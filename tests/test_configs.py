@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from eyas.config import PipelineConfig, load_config
+from eyas.generate.config import PipelineConfig, load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
 
@@ -89,10 +89,12 @@ def test_choices_come_from_their_registries():
     from typing import get_args
 
     from eyas.cli_schema import choices_of, field_of
-    from eyas.config import DatasetConfig, ExportFormat, SampleFormat, ToyPreset
+    from eyas.config import ToyPreset
+    from eyas.export.config import ExportFormat, SampleFormat
     from eyas.export.drafter import EXPORT_FORMATS
     from eyas.export.samples import SAMPLE_FORMATS
     from eyas.formats import MODEL_FORMATS
+    from eyas.generate.config import DatasetConfig
     from eyas.sources import FORMATS
     from eyas.toy.train import PRESETS
 
@@ -106,7 +108,7 @@ def test_choices_come_from_their_registries():
 
 def test_audit_defaults_live_in_the_schema():
     from eyas.audit import AuditOptions
-    from eyas.config import AuditConfig
+    from eyas.audit.config import AuditConfig
 
     cfg = AuditConfig(input="x")
     assert cfg.options() == AuditOptions()
@@ -119,7 +121,8 @@ def test_audit_defaults_live_in_the_schema():
 def test_quickstart_toml_loads_back_into_the_config_it_ran(tmp_path, monkeypatch):
     """Every field is written (not only the ones a hand-written template lists), and paths
     are absolute: the file means the same config from any directory."""
-    from eyas.config import BackendConfig, DatasetConfig, SamplingConfig, build_config
+    from eyas.config import SamplingConfig, build_config
+    from eyas.generate.config import BackendConfig, DatasetConfig
     from eyas.quickstart import _config, _write_toml
     from eyas.toy.datasets import FAMILIES
 
@@ -156,7 +159,7 @@ def test_a_methods_options_live_in_its_package_and_each_is_a_train_flag():
     import typer
 
     from eyas.cli import app
-    from eyas.config import METHOD_OPTIONS, TrainConfig, method_option_keys
+    from eyas.train.config import METHOD_OPTIONS, TrainConfig, method_option_keys
 
     assert {m.__module__ for m in METHOD_OPTIONS} == {
         "eyas.drafter.eagle3.options",

@@ -1,6 +1,6 @@
 """Shared by the training and capture tests (importable: pytest puts tests/ on sys.path)."""
 
-from eyas.config import TrainConfig
+from eyas.train.config import TrainConfig
 
 # A short run on the toy tiny target that still learns: shared by every test that trains one.
 # It is sized down by steps, TTT depth and batch, never by what the export and the engines see:

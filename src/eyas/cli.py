@@ -11,7 +11,7 @@
         --engine-python PY --engine-arg --tensor-parallel-size=2
     eyas quickstart
 
-Every command's flags and arguments come from its config schema (`eyas.config`), so each is
+Every command's flags and arguments come from its config schema (its stage's `config`), so each is
 also a config key (`--config FILE`, `--set key=value`). A user mistake (a missing path, a
 malformed file or config, a bad flag) prints one `error:` line and exits 2; a refusal on
 purpose (a template that ignores tools, a fingerprint mismatch, an invalid export) exits 1.
@@ -39,32 +39,28 @@ try:  # typer >= 0.2x carries its own copy of click
 except ImportError:  # pragma: no cover - older typer on the click package
     from click.exceptions import NoArgsIsHelpError, UsageError
 
+from eyas.audit.config import AuditConfig, ShowConfig
 from eyas.backends.server_config import server_option_keys
+from eyas.capture.config import CaptureConfig
 from eyas.cli_schema import Arg, Flag, schema_flags, validation_message
 from eyas.config import (
-    AuditConfig,
     BenchFetchConfig,
     BenchListConfig,
-    CaptureConfig,
     ConvertConfig,
-    EvalConfig,
-    ExportCheckConfig,
-    ExportDrafterConfig,
-    ExportSamplesConfig,
     ModelConfig,
-    PipelineConfig,
     QuickstartConfig,
     RenderConfig,
-    ShowConfig,
     StatusConfig,
     ToyBuildConfig,
     ToyDatasetsConfig,
-    TrainConfig,
-    method_option_keys,
 )
 from eyas.config_legacy import DeprecatedKey
 from eyas.errors import EyasError
+from eyas.evaluate.config import EvalConfig
+from eyas.export.config import ExportCheckConfig, ExportDrafterConfig, ExportSamplesConfig
+from eyas.generate.config import PipelineConfig
 from eyas.store.job_result import RunStatus
+from eyas.train.config import TrainConfig, method_option_keys
 
 console = Console(stderr=True)
 

@@ -11,7 +11,7 @@ choice, a bool an on/off switch, a list a repeatable option), its help and its s
 (or "required") from the field. The command receives the validated config: the file, then the
 flags and arguments the user gave, then the overrides. Before the command runs, the paths the
 config reads (`input_keys`) are checked to exist, so a missing path is reported before any
-file is parsed. Adding a flag is one line: the field in `eyas.config`, its name here.
+file is parsed. Adding a flag is one line: the field in the command's config model, its name here.
 """
 
 from __future__ import annotations

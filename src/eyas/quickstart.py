@@ -34,16 +34,15 @@ from rich.table import Table
 
 from eyas.audit import AuditOptions, run_audit
 from eyas.audit.report import write_html
-from eyas.config import (
+from eyas.config import ModelConfig, config_toml
+from eyas.evaluate.result import EvalResult, EvalRun, Figures
+from eyas.generate.config import (
     BackendConfig,
     DatasetConfig,
     GenerateConfig,
-    ModelConfig,
     PipelineConfig,
     RunConfig,
-    config_toml,
 )
-from eyas.evaluate.result import EvalResult, EvalRun, Figures
 from eyas.generate.prepare import PreparedDataset, prepare
 from eyas.generate.run import run_generate
 from eyas.records import Conversation
@@ -171,10 +170,11 @@ def run_quickstart(
     eval_limit: int = 10,
     k: int = 3,
 ) -> QuickstartResult:
-    from eyas.config import EvalConfig, TrainConfig
+    from eyas.evaluate.config import EvalConfig
     from eyas.evaluate.run import run_eval
     from eyas.export.drafter import EXPORT_FORMATS, export_drafter
     from eyas.export.validate import check_export
+    from eyas.train.config import TrainConfig
     from eyas.train.loop import run_train
 
     console = console or Console(stderr=True)

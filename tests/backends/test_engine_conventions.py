@@ -337,10 +337,11 @@ def test_fused_layers_are_in_the_engines_layer_order(tmp_path):
     `--aux-layers 30,2,58` trains, evaluates and exports as 2, 30, 58, and a list in another
     order is refused wherever it could reach `fc`."""
     from drafter.test_eagle3 import tiny
-    from eyas.config import CaptureConfig, TrainConfig
+    from eyas.capture.config import CaptureConfig
     from eyas.drafter.method import check_layer_ids
     from eyas.export.drafter import export_drafter
     from eyas.train.checkpoint import save_drafter
+    from eyas.train.config import TrainConfig
 
     cfg = TrainConfig(target=tmp_path, out=tmp_path, data=tmp_path, aux_layers=[30, 2, 58])
     assert cfg.aux_layers == [2, 30, 58]

@@ -13,9 +13,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
 from eyas.cli import app
-from eyas.config import CaptureConfig
 from eyas.errors import EyasError
 from eyas.testing.server import fake_server
 from eyas.train.loop import run_train

@@ -10,16 +10,13 @@ from typer.testing import CliRunner
 
 from eyas.backends.policy import ServerPool
 from eyas.backends.reasons import BackendError
+from eyas.capture.config import CaptureConfig
 from eyas.cli import app
-from eyas.config import (
-    CaptureConfig,
-    EvalConfig,
-    PipelineConfig,
-    ServerConfig,
-    TrainConfig,
-    build_config,
-)
+from eyas.config import ServerConfig, build_config
+from eyas.evaluate.config import EvalConfig
+from eyas.generate.config import PipelineConfig
 from eyas.testing.server import fake_server
+from eyas.train.config import TrainConfig
 from eyas.train.loop import run_train
 from train_helpers import toy_train_config
 

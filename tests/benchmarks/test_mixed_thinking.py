@@ -3,7 +3,7 @@ generation of) that dataset in its own mode."""
 
 import json
 
-from eyas.config import PipelineConfig
+from eyas.generate.config import PipelineConfig
 from eyas.generate.jobs import load_jobs
 from eyas.generate.prepare import prepare
 from eyas.render import Renderer

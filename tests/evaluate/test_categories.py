@@ -15,8 +15,8 @@ from test_speculative import FunctionOfTheTarget, decode, random_drafter
 from eyas.backends.vllm.acceptance import served_metrics
 from eyas.backends.vllm.conventions import parse_spec_metrics
 from eyas.benchmarks.catalog import BENCHMARKS
-from eyas.config import EvalConfig
 from eyas.evaluate.categories import category_of, grouped
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.result import EvalResult
 

@@ -4,7 +4,7 @@ refuse it (a server joining between two counter reads would add its whole histor
 import pytest
 from pydantic import ValidationError
 
-from eyas.config import EvalConfig
+from eyas.evaluate.config import EvalConfig
 
 
 def test_url_file_is_taken_for_sglang_and_refused_for_vllm(tmp_path):

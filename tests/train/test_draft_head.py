@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eyas.config import TrainConfig
 from eyas.drafter.load import load_drafter
 from eyas.hf_models import target_model
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer, run_train
 from train_helpers import toy_train_config
 

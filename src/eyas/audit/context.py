@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from eyas.config import AuditOptions  # the options and their defaults live in the schema
+from eyas.audit.config import AuditOptions  # the options and their defaults live in the schema
 from eyas.formats import ModelFormat, Turn
 from eyas.store import Ragged, SampleTable
 

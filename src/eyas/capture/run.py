@@ -37,8 +37,8 @@ from eyas.backends import registry
 from eyas.backends.base import BackendSettings
 from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
+from eyas.capture.config import CaptureConfig
 from eyas.capture.result import CaptureDryRun, CaptureResult
-from eyas.config import CaptureConfig
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import TargetModel, target_model

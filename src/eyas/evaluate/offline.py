@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from eyas.config import EvalConfig
 from eyas.drafter.load import load_drafter
 from eyas.drafter.registry import method_of
 from eyas.errors import EyasError
 from eyas.evaluate.categories import grouped
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.prompts import FollowUps, Rounds
 from eyas.evaluate.speculative import DecodeResult, greedy_reference, speculative_decode

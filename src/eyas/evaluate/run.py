@@ -42,9 +42,9 @@ from dataclasses import fields
 from typing import Any
 
 from eyas import __version__
-from eyas.config import EvalConfig
 from eyas.errors import EyasError
 from eyas.evaluate import prompts as eval_prompts
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.result import CardRow, EvalResult, EvalRun, ModelCard
 
 METRIC = (

@@ -50,9 +50,9 @@ from eyas.backends import registry
 from eyas.backends.base import BackendSettings, Generation, GenRequest
 from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import open_pool
-from eyas.config import EvalConfig
 from eyas.errors import EyasError, RefusedError
 from eyas.evaluate.categories import grouped
+from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.prompts import FollowUps, Rounds
 
 

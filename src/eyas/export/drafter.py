@@ -22,10 +22,10 @@ from typing import Any, get_args
 from safetensors.torch import save_file
 
 from eyas import __version__
-from eyas.config import ExportFormat
 from eyas.drafter.load import load_drafter, resolve_drafter_dir
 from eyas.drafter.registry import method_of
 from eyas.errors import EyasError
+from eyas.export.config import ExportFormat
 from eyas.hf_models import TargetModel, target_model
 from eyas.jsonl import read_json_object
 

@@ -16,7 +16,7 @@ from typing import get_args
 
 import orjson
 
-from eyas.config import SampleFormat
+from eyas.export.config import SampleFormat
 from eyas.store import load_table, quarantined_ids, select_trainable
 
 SAMPLE_FORMATS = get_args(SampleFormat)

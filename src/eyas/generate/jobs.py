@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eyas.config import PipelineConfig, SamplingConfig
+from eyas.config import SamplingConfig
 from eyas.errors import EyasError, RefusedError
+from eyas.generate.config import PipelineConfig
 from eyas.jobs import in_shard, parse_shard
 from eyas.jsonl import read_json_object
 from eyas.records import Conversation

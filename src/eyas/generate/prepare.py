@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from eyas import __version__
-from eyas.config import PipelineConfig
 from eyas.errors import EyasError
+from eyas.generate.config import PipelineConfig
 from eyas.jsonl import write_json
 from eyas.records import SCHEMA_VERSION, RowError
 from eyas.render.renderer import Renderer

@@ -22,7 +22,7 @@ from typing import Any
 from eyas import __version__
 from eyas.backends.base import BackendSettings
 from eyas.backends.registry import open_pool
-from eyas.config import PipelineConfig
+from eyas.generate.config import PipelineConfig
 from eyas.generate.engine import Engine
 from eyas.generate.jobs import load_jobs, plans
 from eyas.generate.multiturn import make_multi_turn

@@ -38,11 +38,11 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from eyas.config import TrainConfig
 from eyas.drafter.dflash.train import slot_targets, slot_weights
 from eyas.drafter.loss import Teacher
 from eyas.drafter.registry import get_method
 from eyas.hf_models import target_model
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 from eyas.train.target import OnlineTarget
 

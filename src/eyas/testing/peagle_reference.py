@@ -41,7 +41,6 @@ from types import SimpleNamespace
 import torch
 from safetensors.torch import load_file, save_file
 
-from eyas.config import TrainConfig
 from eyas.drafter.eagle3.train import step_mask, step_teacher
 from eyas.drafter.loss import Teacher
 from eyas.drafter.peagle.model import PEagleDrafter
@@ -49,6 +48,7 @@ from eyas.drafter.registry import get_method
 from eyas.drafter.ttt_attention import ttt_attention
 from eyas.hf_models import target_model
 from eyas.testing.dflash_reference import sequences
+from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 from eyas.train.target import OnlineTarget
 

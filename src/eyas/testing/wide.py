@@ -102,7 +102,7 @@ def random_vocab(vocab_size: int, draft_vocab: int = DRAFT_VOCAB) -> dict:
 
 def train_config(target: Path, **settings: Any):
     """A `TrainConfig` for `target` with every other field at its default (no data needed)."""
-    from eyas.config import TrainConfig
+    from eyas.train.config import TrainConfig
 
     cfg = TrainConfig.model_construct(method="eagle3", target=target)
     for name, field in TrainConfig.model_fields.items():

@@ -40,7 +40,6 @@ import torch
 import torch.distributed as dist
 
 from eyas import __version__
-from eyas.config import TrainConfig
 from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import Teacher, resolved
 from eyas.drafter.memory import default_max_len
@@ -59,6 +58,7 @@ from eyas.train.checkpoint import (
     save_drafter,
     save_sharded,
 )
+from eyas.train.config import TrainConfig
 from eyas.train.data import (
     Sequence,
     check_token_ids,

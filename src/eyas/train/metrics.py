@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from eyas.config import TrainConfig
+    from eyas.train.config import TrainConfig
 
 
 def acceptance_estimate(per_step_acc: list[float]) -> float:
