@@ -423,7 +423,8 @@ def r_eval(d: dict) -> Section:
         f"The quickstart's drafter on held-out toy prompts ({num(st.get('prompts_per_dataset'))} "
         f"per dataset, temperature {num(st.get('temperature'))}, up to "
         f"{num(st.get('max_new_tokens'))} new tokens): offline chains and trees, and served in "
-        f"vLLM on CPU. Metric: {d.get('metric', 'acceptance length')}.",
+        f"vLLM on CPU. Metric: {d.get('metric', 'acceptance length')}."
+        + (f" Provenance: {st['provenance']}." if st.get("provenance") else ""),
     )
     res = d["results"]
     names = sorted({n for r in res.values() for n in r.get("datasets", {})})
@@ -1765,7 +1766,7 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
         if k3:
             rows.append(
                 [
-                    "toy quickstart drafter, acceptance length chain K=3 (offline)",
+                    "toy quickstart drafter (its draft vocabulary of 2026-12-01: 1,024), acceptance length chain K=3 (offline)",
                     num(k3["all"]),
                     f"served in vLLM {num(served['all'])}" if served else "–",
                     "–",
