@@ -47,6 +47,7 @@ import torch
 
 from eyas.drafter.load import load_drafter
 from eyas.drafter.registry import method_of
+from eyas.evaluate.categories import grouped
 from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.metrics import acceptance_metrics
 from eyas.evaluate.prompts import load_prompts
@@ -251,6 +252,15 @@ def _offline(target_dir: Path, drafter_dir: Path, prompts: list[dict], k: int, m
         "datasets": {
             n: acceptance_metrics(d["accepted"], d["produced"], k)["acceptance_length"]
             for n, d in sorted(per_ds.items())
+        },
+        # per category (chat, code, tool_calls, ...): the raw counts of its datasets summed
+        "categories": {
+            c: acceptance_metrics(
+                [a for n in names for a in per_ds[n]["accepted"]],
+                [x for n in names for x in per_ds[n]["produced"]],
+                k,
+            )["acceptance_length"]
+            for c, names in grouped(per_ds).items()
         },
         "lossless": lossless,
         "drafter_ms_per_verify_step": round(1000 * draft_s / max(steps, 1), 3),

@@ -34,15 +34,25 @@ def test_benchmarks_page_is_current() -> None:
 def test_readme_headline_is_current() -> None:
     bd = _doc_module()
     readme = (ROOT / "README.md").read_text()
-    assert readme == bd.splice_readme(readme, bd.render_headline()), (
-        f"README.md's headline table is stale: {FIX}"
-    )
+    assert readme == bd.render_readme(readme), f"README.md's headline table is stale: {FIX}"
 
 
 def test_every_results_file_has_a_section() -> None:
     page = (ROOT / "docs/benchmarks.md").read_text()
     for path in sorted((ROOT / "bench/results").glob("*.json")):
         assert f"`bench/results/{path.name}`" in page, f"{path.name} has no section: {FIX}"
+
+
+def test_readme_methods_paragraph_is_current() -> None:
+    """ "Which method wins where" is generated from bench_methods' results, never hand-written."""
+    bd = _doc_module()
+    readme = (ROOT / "README.md").read_text()
+    assert bd.METHODS_START in readme, f"README.md has no methods paragraph: {FIX}"
+    assert readme == bd.render_readme(readme), f"README.md's methods paragraph is stale: {FIX}"
+    paragraph = bd.render_methods_summary()
+    results = json.loads((ROOT / "bench/results/methods.json").read_text())["results"]
+    for row in results.values():  # every method's figure is in the paragraph as rendered
+        assert bd.num(row["offline"]["acceptance_length"]) in paragraph, row["method"]
 
 
 def test_every_headline_figure_is_in_its_results_file() -> None:
