@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SerializeAsAny
+from pydantic import AfterValidator, BaseModel, Field, SerializeAsAny
 from pydantic_core import core_schema
 
 from eyas import config_legacy
@@ -221,21 +221,26 @@ def server_input(model: type[BaseModel], data: Any, command: str) -> Any:
     return data
 
 
-# -- shared by train and capture ---------------------------------------------------------------------------------------
+# -- shared by train and capture ----------------------------------------------------------------
 
 
-def engine_layer_order(layers: list[int] | None) -> list[int] | None:
+def _engine_layer_order(layers: list[int] | None) -> list[int] | None:
     """Fused layers in the order SGLang and vLLM fuse them, layer order (they append each
     captured state as the layer loop reaches it): `--aux-layers 58,2,30` means 2, 30, 58."""
     return sorted(layers) if layers else layers
 
 
-def drafter_method(value: str) -> str:
+def _drafter_method(value: str) -> str:
     from eyas.drafter.registry import METHODS
 
     if value not in METHODS:
         raise ValueError(f"method is one of {sorted(METHODS)}, not {value!r}")
     return value
+
+
+# target layers a drafter fuses, kept in layer order; a drafter method of eyas.drafter.registry
+AuxLayers = Annotated[list[int] | None, AfterValidator(_engine_layer_order)]
+DrafterMethod = Annotated[str, AfterValidator(_drafter_method)]
 
 
 # -- convert / render ----------------------------------------------------------------------------

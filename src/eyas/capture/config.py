@@ -11,12 +11,12 @@ from eyas import config_legacy
 from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
 from eyas.config import (
+    AuxLayers,
     CaptureEngine,
+    DrafterMethod,
     EngineSettings,
     check_shard,
-    drafter_method,
     engine_input,
-    engine_layer_order,
     served_needs_urls,
     server_input,
 )
@@ -55,12 +55,12 @@ class CaptureConfig(_Strict):
         description="the server's shared_storage_path (where it writes per-request files; "
         "default: OUT/.incoming, used when eyas starts the server)",
     )
-    method: str = Field(
+    method: DrafterMethod = Field(
         "eagle3",
         description="the drafter method the capture trains: its fused layers are captured "
         "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash, dflash2: their own spread)",
     )
-    aux_layers: list[int] | None = Field(
+    aux_layers: AuxLayers = Field(
         None, description="aux layer ids (default: the method's, see --method)"
     )
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="stored state dtype")
@@ -83,16 +83,6 @@ class CaptureConfig(_Strict):
     @classmethod
     def _shard(cls, v: str) -> str:
         return check_shard(v)
-
-    @field_validator("aux_layers")
-    @classmethod
-    def _aux_order(cls, value: list[int] | None) -> list[int] | None:
-        return engine_layer_order(value)
-
-    @field_validator("method")
-    @classmethod
-    def _method(cls, value: str) -> str:
-        return drafter_method(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from eyas import config_legacy
 from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
-from eyas.config import CaptureEngine, drafter_method, engine_layer_order, server_input
+from eyas.config import AuxLayers, CaptureEngine, DrafterMethod, server_input
 from eyas.drafter.dflash.options import DFlashOptions
 from eyas.drafter.dflash2.options import DFlash2Options
 from eyas.drafter.eagle3.options import Eagle3Options
@@ -137,13 +137,13 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
         description="compute dtype: bf16 (autocast; FSDP2 all-gathers bf16 and reduces fp32) "
         "or fp32; auto: bf16 on CUDA, fp32 on CPU",
     )
-    aux_layers: list[int] | None = Field(
+    aux_layers: AuxLayers = Field(
         None, description="target layers fused by the drafter (default: SGLang's [2, N/2, N-3])"
     )
     intermediate_size: int | None = Field(
         None, ge=1, description="drafter MLP width (default: the target's, or a published shape)"
     )
-    method: str = Field(
+    method: DrafterMethod = Field(
         "eagle3",
         description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output), "
         "dflash, dflash2 (DFlash with convolutions and a candidate selector) or peagle (P-EAGLE: "
@@ -176,16 +176,6 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     @classmethod
     def _legacy(cls, data: Any) -> Any:
         return server_input(cls, config_legacy.renamed_keys(data, "train"), "train")
-
-    @field_validator("aux_layers")
-    @classmethod
-    def _aux_order(cls, value: list[int] | None) -> list[int] | None:
-        return engine_layer_order(value)
-
-    @field_validator("method")
-    @classmethod
-    def _method(cls, value: str) -> str:
-        return drafter_method(value)
 
     @model_validator(mode="after")
     def _sources(self) -> TrainConfig:
