@@ -13,7 +13,6 @@ step's gradients by more than 5e-2 of their scale and its loss by more than 1e-4
 0.08 to 1, 3e-4 to 2e-2): outside the tolerance by an order of magnitude or more."""
 
 import pytest
-from test_dflash_reference import speculators_python  # noqa: F401  (the module fixture)
 
 from eyas.testing.peagle_reference import DEFECTS, Setup, run
 
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.slow  # speculators' venv starts in ~20 s, the toy answ
 def test_eyas_peagle_trains_as_speculators_does_step_by_step(
     toy_tiny,
     tmp_path,
-    speculators_python,  # noqa: F811  (the fixture)
+    speculators_python,
 ):
     setup = Setup(target=toy_tiny, steps=4, sequences=8, rows=4, new_tokens=24, max_anchors=16)
     result = run(setup, tmp_path, speculators_python, defects=tuple(DEFECTS))
@@ -43,7 +42,7 @@ def test_eyas_peagle_trains_as_speculators_does_step_by_step(
 def test_with_a_frozen_head_it_trains_as_speculators_own_default_does(
     toy_tiny,
     tmp_path,
-    speculators_python,  # noqa: F811  (the fixture)
+    speculators_python,
 ):
     """`--draft-head frozen`: the head keeps the target's rows, as speculators keeps it
     (`DraftVocabMixin._load_verifier_weights`): its trainer's trainable set, untouched."""

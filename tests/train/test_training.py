@@ -252,7 +252,11 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
     # round trip: exported tensors equal the trained ones (bf16)
     trained = load_drafter(drafter_dir)
     exported = load_file(str(tmp_path / "sglang" / "model.safetensors"))
+    whole_vocab = vl["draft_vocab_size"] == sg["vocab_size"]  # the default on the toy
     for k, v in trained.state_dict().items():
+        if k in ("d2t", "t2d") and whole_vocab:  # the identity map: not shipped (issue 35)
+            assert k not in exported, k
+            continue
         ref = v.to(torch.bfloat16) if v.is_floating_point() else v
         assert torch.equal(exported[k], ref), k
 

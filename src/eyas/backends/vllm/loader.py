@@ -67,9 +67,12 @@ def find_python(given: Path | None) -> Path | None:
     """The python whose vLLM loads the export: the one given, else this one if it imports
     vLLM, else None."""
     if given is not None:
-        if not Path(given).exists():
+        given = Path(given)
+        if not given.exists():
             raise EyasError("no_vllm", f"--engine-python {given} does not exist")
-        return Path(given)
+        if not given.is_file() or not os.access(given, os.X_OK):
+            raise EyasError("no_vllm", f"--engine-python {given} is not an executable python")
+        return given
     if importlib.util.find_spec("vllm") is not None:
         return Path(sys.executable)
     return None
