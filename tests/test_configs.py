@@ -175,3 +175,22 @@ def test_a_methods_options_live_in_its_package_and_each_is_a_train_flag():
     flags = {opt for p in command.params for opt in p.opts}
     for key in keys:
         assert "--" + key.replace("_", "-") in flags, key
+
+
+def test_the_config_asks_the_method_for_its_draft_layer_count(tmp_path):
+    """`TrainConfig` holds no method rule: each method says which layer counts it builds
+    (`DraftMethod.draft_layers_problem`), EAGLE-3 and P-EAGLE one, DFlash any."""
+    from eyas.drafter.registry import METHODS
+    from eyas.train.config import TrainConfig
+
+    def train(method, layers):
+        return TrainConfig(
+            target=tmp_path, out=tmp_path, data=tmp_path, method=method, draft_layers=layers
+        )
+
+    for method in ("eagle3", "eagle3.1", "peagle"):
+        assert train(method, 1).draft_layers == 1
+        with pytest.raises(ValidationError, match="drafters have one decoder layer"):
+            train(method, 2)
+    assert train("dflash", 3).draft_layers == 3 and train("dflash2", 2).draft_layers == 2
+    assert all(m.draft_layers_problem(None) is None for m in METHODS.values())

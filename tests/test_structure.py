@@ -188,10 +188,14 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def engine_names_in(text: str, engines: list[str]) -> list[tuple[int, str]]:
+def engine_names_in(
+    text: str, engines: list[str], exact: list[str] | None = None
+) -> list[tuple[int, str]]:
     """(line, what) for each place the code names an engine: an identifier with the name as a
-    word, a string that is exactly the name, an import of the engine's package."""
+    word, a string that is exactly the name (`exact`, when `engines` are patterns), an import
+    of the engine's package."""
     word = re.compile(rf"(?:^|_)({'|'.join(engines)})(?:_|$)", re.I)
+    engines = exact or engines
     tree = ast.parse(text)
     prose = _docstrings(tree)
     found = []
@@ -253,6 +257,61 @@ def test_the_engine_name_rule_catches_code_and_spares_prose():
     )
     found = engine_names_in(code, ["vllm", "sglang"])
     assert found == [(2, "vllm"), (3, "vllm_python"), (5, "'sglang'"), (7, "vllm_endpoint")]
+
+
+# -- drafter methods are named in eyas.drafter only ----------------------------------------------
+
+# Each engine's conventions name the method layouts it reads (architectures, speculators types,
+# its own functions), pinned to the engine's code; the validator checks those layouts across
+# engines until export layouts are registered per (method, engine).
+METHOD_LAYOUT_FILES = {
+    "backends/sglang/conventions.py",
+    "backends/vllm/conventions.py",
+    "backends/vllm/loader_probe.py",
+    "export/validate.py",
+}
+
+
+def method_names_in(text: str, methods: list[str]) -> list[tuple[int, str]]:
+    """(line, what) for each place the code names a drafter method, by the engine rule's
+    reading (`engine_names_in`): an identifier with the name as a word, a string that is
+    exactly the name, an import of the method's package."""
+    return engine_names_in(text, [re.escape(m) for m in methods], exact=methods)
+
+
+def test_no_code_outside_the_drafter_layer_names_a_method():
+    from eyas.drafter.registry import METHODS
+
+    methods = sorted(METHODS)
+    assert {"eagle3", "eagle3.1", "dflash", "dflash2", "peagle"} <= set(methods)
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.split("/")[0] in ("drafter", "testing") or rel in METHOD_LAYOUT_FILES:
+            continue
+        for line, name in method_names_in(path.read_text(), methods):
+            offenders.append(f"{rel}:{line}: {name}")
+    assert offenders == []
+
+
+def test_the_method_name_rule_catches_code_and_spares_prose():
+    code = (
+        '"""Trains eagle3."""\n'
+        "from eyas.drafter.dflash.method import DFlashMethod\n"
+        "def budget(cfg, eagle3_flops):\n"
+        '    """For eagle3.1 drafters."""\n'
+        '    if cfg.method.startswith("eagle3"):  # dflash in a comment\n'
+        '        raise ValueError("train eagle3.1 instead")\n'
+        '    return cfg.method == "eagle3.1" or cfg.peagle_mask_token_id\n'
+    )
+    found = method_names_in(code, ["eagle3", "eagle3.1", "dflash", "peagle"])
+    assert found == [
+        (2, "dflash"),
+        (3, "eagle3_flops"),
+        (5, "'eagle3'"),
+        (7, "'eagle3.1'"),
+        (7, "peagle_mask_token_id"),
+    ]
 
 
 def test_no_module_is_loaded_from_a_string():

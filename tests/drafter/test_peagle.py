@@ -258,16 +258,21 @@ def test_mla_is_refused_and_an_mla_target_gets_the_llama_layer(kimi_toy):
     target = target_model(kimi_toy)
     vocab = {"draft_vocab_size": 400, "mask_token_id": 7}
 
-    def build(**kw):
-        cfg = TrainConfig(target=kimi_toy, out=kimi_toy, data=kimi_toy, method="peagle", **kw)
+    def build(checked=True, **kw):
+        make = TrainConfig if checked else TrainConfig.model_construct
+        cfg = make(target=kimi_toy, out=kimi_toy, data=kimi_toy, method="peagle", **kw)
         aux = method.default_aux_layers(target.num_layers, cfg)
         return method.build_config(
             target=target, train_cfg=cfg, aux_layers=aux, vocab=vocab, max_positions=4096
         )
 
     assert build().attention == "mha"
-    with pytest.raises(RefusedError) as err:
+    with pytest.raises(ValueError, match="not one of peagle's"):  # the config asks the method
         build(attention="mla")
+    with pytest.raises(ValueError, match="P-EAGLE drafters have one decoder layer"):
+        build(draft_layers=2)
+    with pytest.raises(RefusedError) as err:  # and the method refuses a config built unchecked
+        build(checked=False, attention="mla")
     assert err.value.reason == "unsupported_attention"
     assert "deepseek_eagle3.py" in err.value.detail and "update_peagle" in err.value.detail
 

@@ -20,6 +20,7 @@ from eyas.config import (
     served_needs_urls,
     server_input,
 )
+from eyas.drafter.names import DEFAULT_METHOD
 from eyas.options import Strict as _Strict
 
 
@@ -56,7 +57,7 @@ class CaptureConfig(_Strict):
         "default: OUT/.incoming, used when eyas starts the server)",
     )
     method: DrafterMethod = Field(
-        "eagle3",
+        DEFAULT_METHOD,
         description="the drafter method the capture trains: its fused layers are captured "
         "(eagle3 and eagle3.1: SGLang's [2, N/2, N-3]; dflash, dflash2: their own spread)",
     )

@@ -39,6 +39,7 @@ from eyas.backends.policy import RequestFailed, ServerPool
 from eyas.backends.registry import backend_class, open_pool
 from eyas.capture.config import CaptureConfig
 from eyas.capture.result import CaptureDryRun, CaptureResult
+from eyas.drafter.names import DEFAULT_METHOD
 from eyas.drafter.registry import get_method
 from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import TargetModel, target_model
@@ -71,7 +72,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 def capture_layers(
     target: Path,
     aux_layers: list[int] | None,
-    method: str = "eagle3",
+    method: str = DEFAULT_METHOD,
     method_cfg: Any = None,
     model: TargetModel | None = None,
 ) -> tuple[list[int], TargetModel]:

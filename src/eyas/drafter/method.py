@@ -130,6 +130,10 @@ class DraftMethod(ABC):
     """One drafter method (see the module docstring). Instances are stateless."""
 
     name: ClassVar[str]
+    # whether `eyas.train.budget` counts its training exactly as EAGLE-3's TTT steps
+    # (`step_flops`: its layer and its own head over the draft vocabulary); otherwise from its
+    # trainable parameters, an approximation
+    exact_step_flops: ClassVar[bool] = False
 
     # -- config ----------------------------------------------------------------------------
 
@@ -158,6 +162,11 @@ class DraftMethod(ABC):
     @abstractmethod
     def build_model(self, config: Any) -> nn.Module:
         """A freshly initialised drafter; `.config` is `config`, `.method` this method's name."""
+
+    def draft_layers_problem(self, draft_layers: int | None) -> str | None:
+        """Why the method cannot build a drafter of `draft_layers` decoder layers (None: the
+        user named none), or None when it can."""
+        return None
 
     def uses_draft_vocab(self) -> bool:
         """Whether the drafter has its own head over a reduced vocabulary."""

@@ -23,7 +23,7 @@ from eyas.export.drafter import export_drafter
 def _vllm(drafter: Path, target: Path, k: int, scratch: Path) -> dict[str, Any]:
     """vLLM's `--speculative-config` for the drafter's vLLM export: its method names vLLM's
     method (`eagle3` for EAGLE-3, EAGLE-3.1 and P-EAGLE, `dflash` for DFlash and DFlash2)."""
-    from eyas.drafter.eagle3.export_mla import is_mla
+    from eyas.backends.vllm import conventions as vllm
     from eyas.drafter.load import resolve_drafter_dir
     from eyas.drafter.registry import method_reading
     from eyas.jsonl import read_json_object
@@ -33,8 +33,8 @@ def _vllm(drafter: Path, target: Path, k: int, scratch: Path) -> dict[str, Any]:
     raw = read_json_object(config) if config.exists() else {}
     # already in a layout vLLM loads: speculators format, or an MLA drafter's vLLM layout
     # (ids at the top level)
-    loadable = raw.get("speculators_model_type") or (
-        is_mla(raw) and raw.get("eagle_aux_hidden_state_layer_ids")
+    loadable = raw.get(vllm.SPECULATORS_TYPE_KEY) or (
+        vllm.is_mla_drafter(raw) and raw.get(vllm.AUX_IDS_KEY)
     )
     if not loadable:
         folder = export_drafter(folder, "vllm", scratch / "vllm-drafter", target, k)

@@ -279,8 +279,10 @@ def trainer_budget(
     frozen_bytes = sum(p.numel() * p.element_size() for p in frozen)
     frozen_bytes += 2 * head.numel() * head.element_size()  # the target's head and embedding
     vocab, t = head.shape[0], tokens_per_rank
-    eagle3 = str(getattr(cfg, "method", "")).startswith("eagle3")
-    if eagle3:
+    from eyas.drafter.registry import METHODS
+
+    method = METHODS.get(str(getattr(cfg, "method", "")))
+    if method is not None and method.exact_step_flops:
         flops = None
         head_trained = model.lm_head.weight.requires_grad
         draft_vocab = cfg.draft_vocab_size

@@ -5,26 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from eyas import config_legacy
 from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
 from eyas.config import AuxLayers, CaptureEngine, DrafterMethod, server_input
-from eyas.drafter.dflash.options import DFlashOptions
-from eyas.drafter.dflash2.options import DFlash2Options
-from eyas.drafter.eagle3.options import Eagle3Options
-from eyas.drafter.peagle.options import PEagleOptions
+from eyas.drafter.names import DEFAULT_METHOD
+from eyas.drafter.options import METHOD_OPTIONS
 from eyas.options import Strict as _Strict
-
-# Each drafter method's own options (its package's `options` module): `TrainConfig` has their
-# fields and `eyas train` a flag per field. A new method adds its model here.
-METHOD_OPTIONS: tuple[type[BaseModel], ...] = (
-    Eagle3Options,
-    DFlashOptions,
-    DFlash2Options,
-    PEagleOptions,
-)
 
 
 def method_option_keys() -> tuple[str, ...]:
@@ -144,7 +133,7 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
         None, ge=1, description="drafter MLP width (default: the target's, or a published shape)"
     )
     method: DrafterMethod = Field(
-        "eagle3",
+        DEFAULT_METHOD,
         description="drafter method: eagle3, eagle3.1 (EAGLE-3 with fc_norm and norm_output), "
         "dflash, dflash2 (DFlash with convolutions and a candidate selector) or peagle (P-EAGLE: "
         "EAGLE-3 drafting all positions in one forward)",
@@ -179,11 +168,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
 
     @model_validator(mode="after")
     def _sources(self) -> TrainConfig:
-        if self.method.startswith("eagle3") and (self.draft_layers or 1) != 1:
-            raise ValueError("EAGLE-3 drafters have one decoder layer (draft_layers = 1)")
         from eyas.drafter.registry import get_method
 
-        kinds = get_method(self.method).attentions()  # the method owns its attention kinds
+        method = get_method(self.method)  # the method owns its layer count and attention kinds
+        if problem := method.draft_layers_problem(self.draft_layers):
+            raise ValueError(problem)
+        kinds = method.attentions()
         if self.attention is not None and self.attention not in kinds:
             raise ValueError(
                 f"--attention {self.attention} is not one of {self.method}'s ({', '.join(kinds)}): "

@@ -44,6 +44,7 @@ from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import Teacher, resolved
 from eyas.drafter.memory import default_max_len
 from eyas.drafter.method import DraftMethod, row_seed
+from eyas.drafter.names import CAPTURES_BEFORE_METHOD
 from eyas.drafter.registry import get_method
 from eyas.drafter.vocab import choose_draft_vocab, token_counts
 from eyas.errors import EyasError
@@ -256,7 +257,7 @@ class Trainer:
         if self.cfg.hidden_states is not None and not self.cfg.aux_layers:
             fused = self.method.default_aux_layers(tmodel.num_layers, self.cfg)
             if list(fused) != aux:
-                captured_for = getattr(self.target, "captured_for", "eagle3")
+                captured_for = getattr(self.target, "captured_for", CAPTURES_BEFORE_METHOD)
                 raise EyasError(
                     "capture_layers_mismatch",
                     f"{self.cfg.hidden_states} holds layers {aux} (captured for {captured_for}); "

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from eyas.drafter.names import CAPTURES_BEFORE_METHOD
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, load_frozen_lm, target_model
 from eyas.store.captures import StateReader
@@ -89,8 +90,8 @@ class CapturedTarget:
         self.hidden_size = target.hidden_size
         self.eps = target.rms_norm_eps
         self.aux_layers = list(manifest["aux_layers"])
-        # the drafter method the capture was made for (captures before `--method`: EAGLE-3)
-        self.captured_for = manifest.get("method", "eagle3")
+        # the drafter method the capture was made for
+        self.captured_for = manifest.get("method", CAPTURES_BEFORE_METHOD)
         found, self.loaded_tensors = target.load_tensors("embed", "norm", "head")
         missing = [k for k in ("embed", "norm", "head") if k not in found]
         if missing:

@@ -1,5 +1,5 @@
 """The `eyas train` options only DFlash reads. `TrainConfig` is built from every method's
-options model (`eyas.train.config.METHOD_OPTIONS`) and `eyas train` has a flag per field, so an
+options model (`eyas.drafter.options.METHOD_OPTIONS`) and `eyas train` has a flag per field, so an
 option added here reaches the config, the command line and the docs without another edit.
 Pydantic only: `eyas.config` imports this without loading torch."""
 

@@ -1,6 +1,6 @@
 """The `eyas train` options only DFlash2 reads (DFlash's block, anchor, weighting and mask
 options apply to it too). `TrainConfig` is built from every method's options model
-(`eyas.train.config.METHOD_OPTIONS`) and `eyas train` has a flag per field. Defaults are
+(`eyas.drafter.options.METHOD_OPTIONS`) and `eyas train` has a flag per field. Defaults are
 speculators 0.9.0's (`DFlash2SpeculatorConfig`, `get_trainer_kwargs`). Pydantic only:
 `eyas.config` imports this without loading torch."""
 

@@ -31,6 +31,8 @@ from eyas.hf_models import TargetModel
 
 
 class Eagle3Method(DraftMethod):
+    exact_step_flops = True
+
     def __init__(self, name: str, *, v31: bool):
         self.name = name  # type: ignore[misc]
         self.v31 = v31
@@ -54,6 +56,11 @@ class Eagle3Method(DraftMethod):
 
     def attentions(self) -> tuple[str, ...]:
         return ("mha", "mla")
+
+    def draft_layers_problem(self, draft_layers: int | None) -> str | None:
+        if (draft_layers or 1) != 1:
+            return "EAGLE-3 drafters have one decoder layer (draft_layers = 1)"
+        return None
 
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
         if len(aux_layers) != 3:

@@ -51,6 +51,11 @@ class PEagleMethod(DraftMethod):
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
         self._eagle3.check_aux_layers(aux_layers, num_layers)
 
+    def draft_layers_problem(self, draft_layers: int | None) -> str | None:
+        if (draft_layers or 1) != 1:
+            return "P-EAGLE drafters have one decoder layer (draft_layers = 1)"
+        return None
+
     def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
         """DFlash's rule (`DFlashMethod.mask_token_id`): the mask token's embedding row is the
         target's, frozen, and must not be zero."""
@@ -68,8 +73,8 @@ class PEagleMethod(DraftMethod):
     ) -> PEagleConfig:
         if getattr(train_cfg, "attention", None) == "mla":
             raise RefusedError("unsupported_attention", MLA_REFUSAL)
-        if (getattr(train_cfg, "draft_layers", None) or 1) != 1:
-            raise EyasError("bad_flag", "P-EAGLE drafters have one decoder layer (draft_layers 1)")
+        if problem := self.draft_layers_problem(getattr(train_cfg, "draft_layers", None)):
+            raise EyasError("bad_flag", problem)
         # EAGLE-3's MHA drafter for this target; an MLA target gets the Llama layer
         shape = SimpleNamespace(**{**_fields(train_cfg), "attention": "mha"})
         base = self._eagle3.build_config(
