@@ -11,12 +11,12 @@ holds the two equal on CPU. `auto` runs it on CUDA, where it is compiled.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from eyas.drafter.settings import MethodTrainSettings
 
-def fast_path_on(train_cfg: Any, device: torch.device | str) -> bool:
+
+def fast_path_on(train_cfg: MethodTrainSettings, device: torch.device | str) -> bool:
     mode = getattr(train_cfg, "fast_path", "auto")
     return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eyas.drafter.settings import MethodTrainSettings
+
 AC_AUTO_TOKENS = 4096
 MIN_DEFAULT_MAX_LEN = 2048
 DEVICE_SHARE = 0.5  # of the device's memory, for activations (the rest: weights, optimizer, slack)
 
 
-def checkpointing_on(train_cfg: Any, width: int) -> bool:
+def checkpointing_on(train_cfg: MethodTrainSettings, width: int) -> bool:
     """Whether a micro-batch `width` tokens wide recomputes the drafter's layer in backward."""
     mode = getattr(train_cfg, "activation_checkpointing", "off")
     return mode == "on" or (mode == "auto" and width > AC_AUTO_TOKENS)
@@ -184,7 +186,7 @@ def device_memory_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, ranks)
 
 
-def target_activation_shape(target: Any, train_cfg: Any) -> ActivationShape:
+def target_activation_shape(target: Any, train_cfg: MethodTrainSettings) -> ActivationShape:
     """The activation shape of the drafter `train_cfg` builds for `target`: MLA when the EAGLE-3
     layer gets the target's attention (`--attention`, default MLA on MLA targets)."""
     from eyas.drafter.mla import MLAShape, is_mla_target
@@ -210,7 +212,7 @@ def target_activation_shape(target: Any, train_cfg: Any) -> ActivationShape:
     )
 
 
-def default_max_len(target: Any, train_cfg: Any, device: str) -> int:
+def default_max_len(target: Any, train_cfg: MethodTrainSettings, device: str) -> int:
     """The largest power of two of tokens whose activations fit `DEVICE_SHARE` of the device
     with AC as `auto` would set it (on at that width), at least 2,048, at most the target's
     context."""

@@ -20,14 +20,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 from torch import nn
 
 from eyas.drafter.loss import StepStats, Teacher
+from eyas.drafter.settings import MethodTrainSettings
 from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import TargetModel, target_model
+
+# the training settings a method's hooks read: `MethodTrainSettings` or its own narrower protocol
+S = TypeVar("S", bound=MethodTrainSettings)
 
 
 class Proposer(Protocol):
@@ -126,8 +130,10 @@ def unsupported_export(method: str, fmt: str, why: str) -> RefusedError:
     return RefusedError("export_unsupported", f"{method} cannot be exported for {fmt}: {why}")
 
 
-class DraftMethod(ABC):
-    """One drafter method (see the module docstring). Instances are stateless."""
+class DraftMethod(ABC, Generic[S]):
+    """One drafter method (see the module docstring). Instances are stateless. `S` is the
+    protocol of the training settings its hooks read (`train_cfg`: a `TrainConfig` in training,
+    which satisfies every method's)."""
 
     name: ClassVar[str]
     # whether `eyas.train.budget` counts its training exactly as EAGLE-3's TTT steps
@@ -138,7 +144,7 @@ class DraftMethod(ABC):
     # -- config ----------------------------------------------------------------------------
 
     @abstractmethod
-    def default_aux_layers(self, num_layers: int, train_cfg: Any) -> list[int]:
+    def default_aux_layers(self, num_layers: int, train_cfg: S) -> list[int]:
         """HF `hidden_states` indices fused when the user names none."""
 
     @abstractmethod
@@ -149,7 +155,7 @@ class DraftMethod(ABC):
         self,
         *,
         target: TargetModel,
-        train_cfg: Any,
+        train_cfg: S,
         aux_layers: list[int],
         vocab: dict,
         max_positions: int,
@@ -183,14 +189,14 @@ class DraftMethod(ABC):
         target."""
         return ("mha",)
 
-    def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int | None:
+    def mask_token_id(self, target: TargetModel, train_cfg: S, seqs: list) -> int | None:
         """A token id the method needs reserved (DFlash's mask token), or None."""
         return None
 
     # -- training --------------------------------------------------------------------------
 
     @abstractmethod
-    def num_slots(self, config: Any, train_cfg: Any) -> int:
+    def num_slots(self, config: Any, train_cfg: S) -> int:
         """Drafted positions per training example (TTT steps, block slots)."""
 
     @abstractmethod
@@ -200,7 +206,7 @@ class DraftMethod(ABC):
         input_ids: torch.Tensor,
         supervised: torch.Tensor,
         *,
-        train_cfg: Any,
+        train_cfg: S,
         seeds: list[int],
     ) -> Prepared:
         """Decide everything random up front (from `seeds`, one per row, so the batch is the
@@ -216,7 +222,7 @@ class DraftMethod(ABC):
         aux: torch.Tensor,
         teacher: Teacher,
         normalizer: list[float],
-        train_cfg: Any,
+        train_cfg: S,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         """The training forward and loss of one micro-batch. `model` is the (possibly DDP or
         FSDP-wrapped) drafter to call, `raw_model` the module underneath; aux: [B, T, n*Ht]."""

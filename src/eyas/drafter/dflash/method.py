@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DraftMethod,
+    MethodTrainSettings,
     Prepared,
     check_layer_ids,
     target_tensor,
@@ -28,7 +29,22 @@ from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
 
-class DFlashMethod(DraftMethod):
+class DFlashTrainSettings(MethodTrainSettings, Protocol):
+    """What DFlash's hooks read: the shared settings and its own options (`options.py`)."""
+
+    block_size: int
+    max_anchors: int
+    dflash_weighting: Literal["decay", "dpace"]
+    dflash_gamma: float
+    dpace_alpha: float
+    mask_token_id: int | None
+
+
+# DFlash's settings, or a method's built on DFlash (DFlash2's)
+D = TypeVar("D", bound=DFlashTrainSettings)
+
+
+class DFlashMethod(DraftMethod[D]):
     name = "dflash"
 
     # -- config ----------------------------------------------------------------------------
@@ -39,10 +55,10 @@ class DFlashMethod(DraftMethod):
     DEFAULT_DRAFT_LAYERS = 2
     MIN_FUSED = 3
 
-    def draft_layers(self, train_cfg: Any) -> int:
+    def draft_layers(self, train_cfg: D) -> int:
         return getattr(train_cfg, "draft_layers", None) or self.DEFAULT_DRAFT_LAYERS
 
-    def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
+    def default_aux_layers(self, num_layers: int, train_cfg: D | None = None) -> list[int]:
         """z-lab's and SGLang's spread (`build_target_layer_ids`) over layer outputs 1..N-3,
         in HF terms (+1), of max(draft layers, 3) target layers (at most N-1): z-lab fuses one
         per draft layer, which leaves a one-layer drafter a single middle layer to read. The
@@ -66,7 +82,7 @@ class DFlashMethod(DraftMethod):
     def uses_draft_vocab(self) -> bool:
         return False  # the target's head, frozen (SGLang's DFlash has no head of its own)
 
-    def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
+    def mask_token_id(self, target: TargetModel, train_cfg: D, seqs: list) -> int:
         """The configured id, else the target's pad token, else the highest id no training
         sequence contains (TorchSpec's Qwen3 DFlash config uses the pad token likewise). Its
         embedding is the target's row, frozen like the rest.
@@ -129,7 +145,7 @@ class DFlashMethod(DraftMethod):
         self,
         *,
         target: TargetModel,
-        train_cfg: Any,
+        train_cfg: D,
         aux_layers: list[int],
         vocab: dict,
         max_positions: int,
@@ -174,10 +190,10 @@ class DFlashMethod(DraftMethod):
 
     # -- training --------------------------------------------------------------------------
 
-    def num_slots(self, config: DFlashConfig, train_cfg: Any) -> int:
+    def num_slots(self, config: DFlashConfig, train_cfg: D) -> int:
         return config.block_size - 1
 
-    def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
+    def prepare(self, model, input_ids, supervised, *, train_cfg: D, seeds) -> Prepared:
         lengths = [self._length(supervised[r]) for r in range(supervised.shape[0])]
         anchors, valid = select_anchors(supervised, lengths, train_cfg.max_anchors, seeds)
         _, mask = slot_targets(supervised, anchors, valid, model.config.block_size)
@@ -200,7 +216,7 @@ class DFlashMethod(DraftMethod):
         aux: torch.Tensor,
         teacher: Teacher,
         normalizer: list[float],
-        train_cfg: Any,
+        train_cfg: D,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
         states = model(prepared.input_ids, aux, prepared.extra["anchors"], checkpoint_layers=ac)
@@ -213,7 +229,7 @@ class DFlashMethod(DraftMethod):
         prepared: Prepared,
         teacher: Teacher,
         normalizer: float,
-        train_cfg: Any,
+        train_cfg: D,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         """The loss of the blocks' states [B, A, bs, H] (`eyas.drafter.dflash.train`)."""
         return block_loss(

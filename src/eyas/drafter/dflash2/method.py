@@ -4,12 +4,12 @@ and head) with its own model, loss, selector decoding and layouts."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Protocol
 
 import torch
 
 from eyas.backends.vllm import conventions as vllm
-from eyas.drafter.dflash.method import DFlashMethod
+from eyas.drafter.dflash.method import DFlashMethod, DFlashTrainSettings
 from eyas.drafter.dflash2 import export as layouts
 from eyas.drafter.dflash2.decode import DFlash2Proposer
 from eyas.drafter.dflash2.model import DFlash2Config, DFlash2Drafter
@@ -19,7 +19,17 @@ from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
 
-class DFlash2Method(DFlashMethod):
+class DFlash2TrainSettings(DFlashTrainSettings, Protocol):
+    """What DFlash2's hooks read: DFlash's and its own options (`options.py`)."""
+
+    conv_kernel_size: int
+    conv_group_size: int
+    selector_rank: int
+    selector_top_k: int
+    selector_loss_alpha: float
+
+
+class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
     name = "dflash2"
 
     # -- config ----------------------------------------------------------------------------
@@ -28,7 +38,7 @@ class DFlash2Method(DFlashMethod):
         self,
         *,
         target: TargetModel,
-        train_cfg: Any,
+        train_cfg: DFlash2TrainSettings,
         aux_layers: list[int],
         vocab: dict,
         max_positions: int,
@@ -55,7 +65,9 @@ class DFlash2Method(DFlashMethod):
 
     # -- training --------------------------------------------------------------------------
 
-    def block_loss(self, raw_model, states, prepared, teacher, normalizer, train_cfg):
+    def block_loss(
+        self, raw_model, states, prepared, teacher, normalizer, train_cfg: DFlash2TrainSettings
+    ):
         """DFlash's slot loss plus the selector's (`eyas.drafter.dflash2.train`)."""
         return block_loss(
             states,

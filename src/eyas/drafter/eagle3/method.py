@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DrafterLoadError,
     DraftMethod,
+    MethodTrainSettings,
     Prepared,
     check_layer_ids,
     target_tensor,
@@ -30,7 +31,13 @@ from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
 
-class Eagle3Method(DraftMethod):
+class Eagle3TrainSettings(MethodTrainSettings, Protocol):
+    """What EAGLE-3's hooks read: the shared settings and its own options (`options.py`)."""
+
+    draft_head: Literal["trained", "frozen"]
+
+
+class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
     exact_step_flops = True
 
     def __init__(self, name: str, *, v31: bool):
@@ -39,7 +46,9 @@ class Eagle3Method(DraftMethod):
 
     # -- config ----------------------------------------------------------------------------
 
-    def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
+    def default_aux_layers(
+        self, num_layers: int, train_cfg: Eagle3TrainSettings | None = None
+    ) -> list[int]:
         """SGLang's default capture layers [2, N//2, N-3] (HF indices: what SGLang captures
         when its config names no ids); for very shallow targets, where those collide, three
         distinct evenly spread ids [1, N//2, N-1]."""
@@ -73,7 +82,7 @@ class Eagle3Method(DraftMethod):
         self,
         *,
         target: TargetModel,
-        train_cfg: Any,
+        train_cfg: Eagle3TrainSettings,
         aux_layers: list[int],
         vocab: dict,
         max_positions: int,
@@ -139,10 +148,12 @@ class Eagle3Method(DraftMethod):
 
     # -- training --------------------------------------------------------------------------
 
-    def num_slots(self, config: Any, train_cfg: Any) -> int:
+    def num_slots(self, config: Any, train_cfg: Eagle3TrainSettings) -> int:
         return train_cfg.ttt
 
-    def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
+    def prepare(
+        self, model, input_ids, supervised, *, train_cfg: Eagle3TrainSettings, seeds
+    ) -> Prepared:
         counts = torch.stack([step_mask(supervised, k).sum() for k in range(train_cfg.ttt)])
         return Prepared(input_ids, supervised, counts.to("cpu", torch.float64), {})
 
@@ -155,7 +166,7 @@ class Eagle3Method(DraftMethod):
         aux: torch.Tensor,
         teacher: Teacher,
         normalizer: list[float],
-        train_cfg: Any,
+        train_cfg: Eagle3TrainSettings,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         ids = prepared.input_ids
         # index j reads x_{j+1} and the target's h_j

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from eyas.drafter.dflash.method import DFlashMethod
 from eyas.drafter.eagle3.export import exported_tensors
-from eyas.drafter.eagle3.method import Eagle3Method
+from eyas.drafter.eagle3.method import Eagle3Method, Eagle3TrainSettings
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import DraftMethod, Prepared, unsupported_export
@@ -37,7 +37,17 @@ MLA_REFUSAL = (
 )
 
 
-class PEagleMethod(DraftMethod):
+class PEagleTrainSettings(Eagle3TrainSettings, Protocol):
+    """What P-EAGLE's hooks read: EAGLE-3's (its layer) and its own options (`options.py`)."""
+
+    peagle_depths: int
+    peagle_down_sample_ratio: float
+    peagle_down_sample_ratio_min: float
+    peagle_max_anchors: int | None
+    peagle_mask_token_id: int | None
+
+
+class PEagleMethod(DraftMethod[PEagleTrainSettings]):
     name = "peagle"
 
     def __init__(self) -> None:
@@ -45,7 +55,9 @@ class PEagleMethod(DraftMethod):
 
     # -- config ----------------------------------------------------------------------------
 
-    def default_aux_layers(self, num_layers: int, train_cfg: Any = None) -> list[int]:
+    def default_aux_layers(
+        self, num_layers: int, train_cfg: PEagleTrainSettings | None = None
+    ) -> list[int]:
         return self._eagle3.default_aux_layers(num_layers, train_cfg)
 
     def check_aux_layers(self, aux_layers: list[int], num_layers: int) -> None:
@@ -56,7 +68,7 @@ class PEagleMethod(DraftMethod):
             return "P-EAGLE drafters have one decoder layer (draft_layers = 1)"
         return None
 
-    def mask_token_id(self, target: TargetModel, train_cfg: Any, seqs: list) -> int:
+    def mask_token_id(self, target: TargetModel, train_cfg: PEagleTrainSettings, seqs: list) -> int:
         """DFlash's rule (`DFlashMethod.mask_token_id`): the mask token's embedding row is the
         target's, frozen, and must not be zero."""
         chosen = SimpleNamespace(mask_token_id=train_cfg.peagle_mask_token_id)
@@ -66,7 +78,7 @@ class PEagleMethod(DraftMethod):
         self,
         *,
         target: TargetModel,
-        train_cfg: Any,
+        train_cfg: PEagleTrainSettings,
         aux_layers: list[int],
         vocab: dict,
         max_positions: int,
@@ -105,10 +117,12 @@ class PEagleMethod(DraftMethod):
 
     # -- training --------------------------------------------------------------------------
 
-    def num_slots(self, config: PEagleConfig, train_cfg: Any) -> int:
+    def num_slots(self, config: PEagleConfig, train_cfg: PEagleTrainSettings) -> int:
         return config.depths
 
-    def prepare(self, model, input_ids, supervised, *, train_cfg, seeds) -> Prepared:
+    def prepare(
+        self, model, input_ids, supervised, *, train_cfg: PEagleTrainSettings, seeds
+    ) -> Prepared:
         depths = model.config.depths
         sampled = sample_depths(
             supervised,
@@ -130,7 +144,7 @@ class PEagleMethod(DraftMethod):
         aux: torch.Tensor,
         teacher: Teacher,
         normalizer: list[float],
-        train_cfg: Any,
+        train_cfg: PEagleTrainSettings,
     ) -> tuple[torch.Tensor, list[StepStats]]:
         ids = prepared.input_ids
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)  # anchor j reads x_{j+1}
@@ -203,7 +217,7 @@ class PEagleMethod(DraftMethod):
         }
 
 
-def _fields(train_cfg: Any) -> dict:
+def _fields(train_cfg: PEagleTrainSettings) -> dict:
     """The training options EAGLE-3's `build_config` reads (`draft_head`: EAGLE-3's option,
     the same head here)."""
     keys = ("num_attention_heads", "head_dim", "intermediate_size")
