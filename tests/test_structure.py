@@ -167,8 +167,9 @@ def test_the_import_rules_catch_what_they_forbid(tmp_path):
 
 # -- engines are named in eyas.backends only -----------------------------------------------------
 
-# Until export layouts are registered per (method, engine), they name the engine they are for
-# (docs/architecture.md, "Layers"): these files, and these names in these files.
+# The export layouts name the engine they are for (docs/architecture.md, "Layers"): each method
+# registers a writer per engine (`DraftMethod.layouts`), and export checks layouts across
+# engines: these files, and these names in these files.
 LAYOUTS = ("export/*.py", "drafter/*method.py", "drafter/*/method.py", "drafter/*/export*.py")
 LAYOUT_FILES = {"drafter/rope.py"}  # each engine's reading of a YaRN config
 NAMES_ALLOWED = {
@@ -312,6 +313,37 @@ def test_the_method_name_rule_catches_code_and_spares_prose():
         (7, "'eagle3.1'"),
         (7, "peagle_mask_token_id"),
     ]
+
+
+def engine_comparisons_in(text: str, engines: list[str]) -> list[tuple[int, str]]:
+    """(line, name) for each comparison with a string that is exactly an engine's name."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                for e in elts:
+                    if isinstance(e, ast.Constant) and str(e.value).lower() in engines:
+                        found.append((node.lineno, repr(e.value)))
+    return sorted(set(found))
+
+
+def test_no_drafter_method_branches_on_an_engine_name():
+    """Export layouts are registered per (method, engine): a method names an engine as a key
+    of its `layouts`, and no drafter code compares anything with an engine's name."""
+    from eyas.drafter.registry import LAYOUTS, METHODS
+
+    engines = _served_engines()
+    offenders = [
+        f"{path.relative_to(SRC)}:{line}: {name}"
+        for path in sorted((SRC / "drafter").rglob("*.py"))
+        for line, name in engine_comparisons_in(path.read_text(), engines)
+    ]
+    assert offenders == []
+    assert {engine for _, engine in LAYOUTS} <= set(engines)
+    assert {method for method, _ in LAYOUTS} == set(METHODS)  # every method exports somewhere
+    code = 'if fmt == "sglang" or engine in ("vllm", "x"):\n    pass\n'
+    assert engine_comparisons_in(code, ["vllm", "sglang"]) == [(1, "'sglang'"), (1, "'vllm'")]
 
 
 def test_no_module_is_loaded_from_a_string():

@@ -8,7 +8,8 @@ never touch its layers. A method owns:
   HF `hidden_states` terms (`default_aux_layers`, `check_aux_layers`);
 - its model (`build_model`), its training forward and loss (`prepare` then `loss`);
 - its incremental decode: a `Proposer` (chain) and, where the method has one, tree drafts;
-- its export layouts for SGLang and vLLM (`export`), the loader rules that read them back
+- its export layouts, one writer per engine (`layouts`, which `eyas.drafter.registry.LAYOUTS`
+  gathers by (method, engine)), the loader rules that read them back
   (`reads`, `read_export`) and the validator's tensor shapes (`expected_tensors`).
 
 A new method is one package under `eyas/drafter/`, its tests, and one line in
@@ -124,6 +125,21 @@ def target_tensor(folder: Path, target_dir: Any, role: str) -> torch.Tensor:
     if role not in found:
         raise DrafterLoadError(f"no {role} tensor found in {target}")
     return found[role].float()
+
+
+class LayoutWriter(Protocol):
+    """Writes a drafter in one engine's layout: (config.json, tensors); `unsupported_export`
+    where the engine (at `engine_version`, when the user named one) cannot serve it."""
+
+    def __call__(
+        self,
+        model: nn.Module,
+        *,
+        target: TargetModel | None,
+        target_name: str,
+        speculative_tokens: int,
+        engine_version: str | None,
+    ) -> tuple[dict, dict[str, torch.Tensor]]: ...
 
 
 def unsupported_export(method: str, fmt: str, why: str) -> RefusedError:
@@ -249,18 +265,13 @@ class DraftMethod(ABC, Generic[S]):
     # -- export, loading and validation ----------------------------------------------------
 
     @abstractmethod
-    def export(
-        self,
-        fmt: str,
-        model: nn.Module,
-        *,
-        target: TargetModel | None,
-        target_name: str,
-        speculative_tokens: int,
-        engine_version: str | None = None,
-    ) -> tuple[dict, dict[str, torch.Tensor]]:
-        """(config.json, tensors) of the `fmt` layout; `unsupported_export` where the engine
-        (at `engine_version`, when the user named one) cannot serve this drafter."""
+    def layouts(self) -> dict[str, LayoutWriter]:
+        """Engine -> the writer of this method's layout for it (the registry's (method, engine)
+        pairs); an engine missing here gets `layout_refusal`."""
+
+    def layout_refusal(self, engine: str) -> str:
+        """Why the method has no layout for `engine` (the export's refusal)."""
+        return f"eyas writes its layouts for {', '.join(sorted(self.layouts()))} only"
 
     @abstractmethod
     def reads(self, config: dict) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 from eyas.drafter.dflash.method import DFlashMethod
 from eyas.drafter.dflash2.method import DFlash2Method
 from eyas.drafter.eagle3.method import Eagle3Method
-from eyas.drafter.method import DrafterLoadError, DraftMethod
+from eyas.drafter.method import DrafterLoadError, DraftMethod, LayoutWriter, unsupported_export
 from eyas.drafter.peagle.method import PEagleMethod
 from eyas.errors import EyasError
 
@@ -18,6 +18,21 @@ METHODS: dict[str, DraftMethod] = {
     "dflash2": DFlash2Method(),
     "peagle": PEagleMethod(),
 }
+
+# the export layouts by (method, engine): each method's writers (`DraftMethod.layouts`)
+LAYOUTS: dict[tuple[str, str], LayoutWriter] = {
+    (name, engine): writer
+    for name, method in METHODS.items()
+    for engine, writer in method.layouts().items()
+}
+
+
+def layout_writer(method: DraftMethod, engine: str) -> LayoutWriter:
+    """The writer of `method`'s layout for `engine`; refused where it has none."""
+    writer = LAYOUTS.get((method.name, engine))
+    if writer is None:
+        raise unsupported_export(method.name, engine, method.layout_refusal(engine))
+    return writer
 
 
 def get_method(name: str) -> DraftMethod:

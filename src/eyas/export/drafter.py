@@ -6,7 +6,8 @@
     eyas export drafter --checkpoint runs/x/d31 --format sglang --engine-version 0.5.23 --out e
     eyas export check exports/sglang --target /models/Kimi-K2.5
 
-The drafter's method writes the layout (`DraftMethod.export`: EAGLE-3 as SGLang's
+The drafter's method writes the layout (its writer for the engine, `DraftMethod.layouts`,
+looked up by (method, engine) in `eyas.drafter.registry.LAYOUTS`: EAGLE-3 as SGLang's
 `LlamaForCausalLMEagle3` or speculators `eagle3`; EAGLE-3.1 with `fc_norm` / `norm_output`,
 for SGLang only with `--engine-version` 0.5.12 or later (older SGLang would serve another
 model); DFlash as z-lab's
@@ -23,7 +24,7 @@ from safetensors.torch import save_file
 
 from eyas import __version__
 from eyas.drafter.load import load_drafter, resolve_drafter_dir
-from eyas.drafter.registry import method_of
+from eyas.drafter.registry import layout_writer, method_of
 from eyas.errors import EyasError
 from eyas.export.config import ExportFormat
 from eyas.hf_models import TargetModel, target_model
@@ -79,8 +80,8 @@ def export_drafter(
     # a drafter trained on another order than the engines' (earlier eyas kept --aux-layers as
     # given) would be served its fused states permuted: refused, not exported
     method.check_aux_layers(aux, target.num_layers if target else max(aux) + 1)
-    config, tensors = method.export(
-        fmt,
+    write = layout_writer(method, fmt)  # the (method, engine) pair's layout, or its refusal
+    config, tensors = write(
         model,
         target=target,
         target_name=str(target_path),

@@ -6,8 +6,9 @@ into the engine's flags.
     spec = speculative_config("vllm", Path("runs/x/drafter"), target_dir, k=3, scratch=tmp)
     args = VLLMServer.drafter_launch(spec, dtype="float32")
 
-The layouts are written per engine here (`export_drafter`'s formats) until they are registered
-per (method, engine); an engine eyas writes no layout for is handed the drafter as given.
+The layouts are the method's writers, registered per (method, engine) (`DraftMethod.layouts`,
+`eyas.drafter.registry.LAYOUTS`); an engine eyas writes no layout for is handed the drafter as
+given.
 """
 
 from __future__ import annotations

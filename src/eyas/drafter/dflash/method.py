@@ -18,11 +18,11 @@ from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DraftMethod,
+    LayoutWriter,
     MethodTrainSettings,
     Prepared,
     check_layer_ids,
     target_tensor,
-    unsupported_export,
 )
 from eyas.drafter.shape import drafter_shape
 from eyas.errors import EyasError
@@ -256,14 +256,18 @@ class DFlashMethod(DraftMethod[D]):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
-        d = model.config
-        if fmt == "sglang":
-            config = layouts.zlab_config(d, target)
-        elif fmt == "vllm":
-            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
-        else:
-            raise unsupported_export("dflash", fmt, "the layouts are sglang and vllm")
+    def layouts(self) -> dict[str, LayoutWriter]:
+        return {"sglang": self._zlab_layout, "vllm": self._speculators_layout}
+
+    def _zlab_layout(self, model, *, target, target_name, speculative_tokens, engine_version):
+        """z-lab's `DFlashDraftModel`, which SGLang loads."""
+        return layouts.zlab_config(model.config, target), layouts.exported_tensors(model)
+
+    def _speculators_layout(
+        self, model, *, target, target_name, speculative_tokens, engine_version
+    ):
+        """speculators `dflash`, which vLLM loads."""
+        config = layouts.speculators_config(model.config, target, target_name, speculative_tokens)
         return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:

@@ -14,7 +14,6 @@ from eyas.drafter.dflash2 import export as layouts
 from eyas.drafter.dflash2.decode import DFlash2Proposer
 from eyas.drafter.dflash2.model import DFlash2Config, DFlash2Drafter
 from eyas.drafter.dflash2.train import block_loss
-from eyas.drafter.method import unsupported_export
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
 
@@ -92,14 +91,16 @@ class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
-        d = model.config
-        if fmt == "sglang":
-            config = layouts.zlab_config(d, target, engine_version)
-        elif fmt == "vllm":
-            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
-        else:
-            raise unsupported_export("dflash2", fmt, "the layouts are sglang and vllm")
+    def _zlab_layout(self, model, *, target, target_name, speculative_tokens, engine_version):
+        """z-lab's `DFlash2DraftModel` (SGLang, from the version that loads it)."""
+        config = layouts.zlab_config(model.config, target, engine_version)
+        return config, layouts.exported_tensors(model)
+
+    def _speculators_layout(
+        self, model, *, target, target_name, speculative_tokens, engine_version
+    ):
+        """speculators `dflash2`, which vLLM loads."""
+        config = layouts.speculators_config(model.config, target, target_name, speculative_tokens)
         return config, layouts.exported_tensors(model)
 
     def reads(self, config: dict) -> bool:

@@ -20,6 +20,7 @@ from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
     DrafterLoadError,
     DraftMethod,
+    LayoutWriter,
     MethodTrainSettings,
     Prepared,
     check_layer_ids,
@@ -203,19 +204,8 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
-        d = model.config
-        if d.attention == "mla":
-            config = (
-                layouts.mla.sglang_config(d, target, engine_version)
-                if fmt == "sglang"
-                else layouts.mla.vllm_config(d, target)
-            )
-        elif fmt == "sglang":
-            config = layouts.sglang_config(d, target, engine_version)
-        else:
-            config = layouts.speculators_config(d, target, target_name, speculative_tokens)
-        return config, layouts.exported_tensors(model)
+    def layouts(self) -> dict[str, LayoutWriter]:
+        return {"sglang": _sglang_layout, "vllm": _vllm_layout}
 
     def reads(self, config: dict) -> bool:
         return (
@@ -262,3 +252,23 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
         # speculators `eagle3` configs carry fc_norm/norm_output; the method name is eagle3
         # for both (`SpeculatorsConfig.build_vllm_speculative_config`)
         return {"method": "eagle3", "model": str(drafter_dir), "num_speculative_tokens": k}
+
+
+def _sglang_layout(model, *, target, target_name, speculative_tokens, engine_version):
+    """SGLang's `LlamaForCausalLMEagle3`, or its MLA class for an MLA drafter."""
+    d = model.config
+    if d.attention == "mla":
+        config = layouts.mla.sglang_config(d, target, engine_version)
+    else:
+        config = layouts.sglang_config(d, target, engine_version)
+    return config, layouts.exported_tensors(model)
+
+
+def _vllm_layout(model, *, target, target_name, speculative_tokens, engine_version):
+    """speculators `eagle3`, or vLLM's MLA class (ids at the top level) for an MLA drafter."""
+    d = model.config
+    if d.attention == "mla":
+        config = layouts.mla.vllm_config(d, target)
+    else:
+        config = layouts.speculators_config(d, target, target_name, speculative_tokens)
+    return config, layouts.exported_tensors(model)

@@ -15,7 +15,7 @@ from eyas.drafter.eagle3.export import exported_tensors
 from eyas.drafter.eagle3.method import Eagle3Method, Eagle3TrainSettings
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
-from eyas.drafter.method import DraftMethod, Prepared, unsupported_export
+from eyas.drafter.method import DraftMethod, LayoutWriter, Prepared
 from eyas.drafter.peagle import export as layouts
 from eyas.drafter.peagle.decode import PEagleProposer
 from eyas.drafter.peagle.model import PEagleConfig, PEagleDrafter
@@ -172,12 +172,11 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
 
     # -- export, loading and validation ----------------------------------------------------
 
-    def export(self, fmt, model, *, target, target_name, speculative_tokens, engine_version=None):
-        if fmt != "vllm":
-            raise unsupported_export("peagle", fmt, layouts.SGLANG_REFUSAL)
-        d = model.config
-        config = layouts.speculators_config(d, target, target_name)
-        return config, exported_tensors(model)
+    def layouts(self) -> dict[str, LayoutWriter]:
+        return {"vllm": _speculators_layout}
+
+    def layout_refusal(self, engine: str) -> str:
+        return layouts.SGLANG_REFUSAL  # the one engine without a P-EAGLE layout
 
     def reads(self, config: dict) -> bool:
         return layouts.is_peagle(config)
@@ -225,3 +224,8 @@ def _fields(train_cfg: PEagleTrainSettings) -> dict:
         **{k: getattr(train_cfg, k, None) for k in keys},
         "draft_head": getattr(train_cfg, "draft_head", "trained"),
     }
+
+
+def _speculators_layout(model, *, target, target_name, speculative_tokens, engine_version):
+    """speculators `peagle`, which vLLM loads."""
+    return layouts.speculators_config(model.config, target, target_name), exported_tensors(model)
