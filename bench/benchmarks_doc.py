@@ -981,22 +981,32 @@ def _decision_lines(arms: dict) -> list[str]:
 
 def _goal_lines(arms: dict) -> list[str]:
     """The issue's goal, eyas at least 1.05x speculators' served acceptance length, for each
-    speculators arm against the eyas arm whose batches it trained on: at the last points (the
-    plateau once both have reached it) and at equal training time."""
+    speculators arm against the eyas arm whose batches it trained on: at the last step both
+    curves have (the plateau once both have reached it; "met" or "not met" only once neither
+    curve is still running) and at equal training time."""
     lines = []
     for peer, a in arms.items():
         mine = arms.get(a.get("peer_of") or "", {}).get("points") or []
         theirs = a.get("points") or []
         if not a.get("peer_of") or not mine or not theirs:
             continue
-        m, t = mine[-1], theirs[-1]
-        met = "met" if m["acceptance_length"] >= 1.05 * t["acceptance_length"] else "not met"
-        statuses = f"{arms[a['peer_of']].get('status')} / {a.get('status')}"
+        # at the last step both curves have (a curve ahead of its peer is not compared with
+        # the peer's earlier point)
+        common = {p["steps"] for p in mine} & {p["steps"] for p in theirs}
+        if not common:
+            continue
+        step = max(common)
+        m = next(p for p in mine if p["steps"] == step)
+        t = next(p for p in theirs if p["steps"] == step)
+        statuses = (arms[a["peer_of"]].get("status"), a.get("status"))
+        done = all(s_ not in (None, "running", "not_run", "eval_failed") for s_ in statuses)
+        reached = m["acceptance_length"] >= 1.05 * t["acceptance_length"]
+        verdict = ("met" if reached else "not met") if done else "so far; neither curve is done"
         lines.append(
-            f"- `{a['peer_of']}` {num(m['acceptance_length'])} (step {num(m['steps'])}) "
-            f"against `{peer}` {num(t['acceptance_length'])} (step {num(t['steps'])}): "
-            f"{ratio(m['acceptance_length'], t['acceptance_length'])}, {met} (status "
-            f"{statuses})."
+            f"- at step {num(step)}: `{a['peer_of']}` {num(m['acceptance_length'])} against "
+            f"`{peer}` {num(t['acceptance_length'])}: "
+            f"{ratio(m['acceptance_length'], t['acceptance_length'])}, {verdict} (status "
+            f"{' / '.join(str(s_) for s_ in statuses)})."
         )
         limit = min(m["train_seconds"], t["train_seconds"])
         x, y = _at_time(mine, limit), _at_time(theirs, limit)

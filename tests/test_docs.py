@@ -153,15 +153,20 @@ def test_the_learning_curves_section_and_figure_read_the_results() -> None:
     bd = _doc_module()
     arms = {
         "eagle3": {"group": "main", "status": "plateau", "commits": ["abc"], "points": []},
-        "speculators": {"group": "main", "status": "running", "peer_of": "eagle3"},
+        "speculators": {"group": "main", "status": "cap", "peer_of": "eagle3"},
         "eagle3-ttt3": {"group": "decision", "status": "done", "commits": ["def"]},
     }
     arms["eagle3"]["points"] = [_curve_point(10, 100.0, 1.25), _curve_point(25, 250.0, 1.5)]
+    arms["eagle3"]["points"].append(_curve_point(50, 500.0, 1.75))  # ahead of its peer
     arms["speculators"]["points"] = [_curve_point(10, 150.0, 1.125), _curve_point(25, 375, 1.375)]
     arms["eagle3-ttt3"]["points"] = [_curve_point(10, 50.0, 1.375)]
     d = {"bench": "real_quality", "settings": {"k": 3, "lr": 1e-4}, "arms": arms}
     text = "\n".join(bd.r_real_quality(d).lines)
-    assert "`eagle3` 1.5 (step 25) against `speculators` 1.375 (step 25): 1.09×, met" in text
+    # compared at the last step both curves have, never with the peer's earlier point
+    assert "at step 25: `eagle3` 1.5 against `speculators` 1.375: 1.09×, met" in text
+    arms["speculators"]["status"] = "running"  # no verdict while a curve still runs
+    text_running = "\n".join(bd.r_real_quality(d).lines)
+    assert "1.09×, so far; neither curve is done (status plateau / running)" in text_running
     # equal training time: the shorter curve's 250 s; speculators' point within it is step 10
     assert "time (≤ 250 s): `eagle3` 1.5 (step 25), `speculators` 1.125 (step 10): 1.33×" in text
     assert "`eagle3-ttt3` at step 10: 1.375; eagle3 at the same step 1.25 (1.10×)" in text
