@@ -1,4 +1,4 @@
-"""`eyas export check` runs the engine's own loader where it can: with `--vllm-python` (or in a
+"""`eyas export check` runs the engine's own loader where it can: with `--engine-python` (or in a
 python that imports vLLM) vLLM's draft class builds the export and loads its weights, and an
 export vLLM refuses fails the check (exit 1, `invalid_export`). Issue 35's defect planted: d2t
 and t2d beside a whole-vocabulary head (vLLM: "There is no module or parameter named
@@ -44,7 +44,7 @@ def test_without_vllm_the_check_says_its_loader_did_not_run(whole_vocab_export, 
     assert find_python(None) is None  # eyas's own venv has no vLLM
     summary = check_export(whole_vocab_export)
     loader = summary["engine_loader"]
-    assert loader["ran"] is False and "--vllm-python" in loader["why"]
+    assert loader["ran"] is False and "--engine-python" in loader["why"]
     with pytest.raises(EyasError) as err:
         find_python(tmp_path / "no-python")
     assert err.value.reason == "no_vllm"
@@ -55,7 +55,7 @@ def test_without_vllm_the_check_says_its_loader_did_not_run(whole_vocab_export, 
 def test_export_check_runs_vllms_loader_and_fails_what_it_refuses(
     whole_vocab_export, tmp_path, vllm_python
 ):
-    check = ["export", "check", "--vllm-python", str(vllm_python)]
+    check = ["export", "check", "--engine-python", str(vllm_python)]
     good = CliRunner().invoke(app, [*check, str(whole_vocab_export)])
     assert good.exit_code == 0, good.output
     assert "'ran': True" in good.output and "Eagle3LlamaForCausalLM" in good.output
