@@ -403,20 +403,18 @@ class Bench:
 
     def baseline_url(self) -> str:
         """One server of the target without a drafter for the whole run, started as `eyas
-        eval` starts its own baseline (the vLLM hook's `for_eval`, the same flags): every
+        eval` starts its own baseline (`evaluate.served.engine_servers`, the same flags): every
         point's lossless check (two runs) and speedup use it, and no point pays its start."""
         if self._baseline is None:
-            from eyas.backends import registry
             from eyas.evaluate.config import EvalConfig
+            from eyas.evaluate.served import engine_servers
 
             cfg = EvalConfig(
                 target=self.model, drafter=self.model, input=self.heldout, backend="vllm",
-                vllm_python=vllm_python(),
+                engine={"python": str(vllm_python())}, json_out=self.work / "baseline" / "eval.json",
             )  # fmt: skip
-            hook = registry.servers("vllm").for_eval(
-                cfg, drafter=False, scratch=self.work, log_path=self.work / "vllm-baseline.log"
-            )
-            self._baseline = self.stack.enter_context(hook)
+            hook = engine_servers(cfg, self.work, drafter=False, log=self.say)
+            self._baseline = self.stack.enter_context(hook)[0]
         return self._baseline
 
     def evaluate(self, drafter: Path, out: Path) -> dict:

@@ -105,7 +105,7 @@ def _own_log_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
+def engine_servers(cfg: EvalConfig, scratch: Path, drafter: bool, log) -> Iterator[list[str]]:
     """The URLs of the servers with the drafter (or the baseline): the user's, or one that eyas
     starts with the engine's options (its server class, `registry.server_class`). On a machine
     without a CUDA GPU it serves in float32, the precision offline evaluation uses."""
@@ -337,11 +337,11 @@ def _serve(
     runs, _ = _baseline_runs(cfg)
     with tempfile.TemporaryDirectory(prefix="eyas-eval-") as tmp:
         scratch = Path(tmp)
-        with _servers(cfg, scratch, True, log) as urls:
+        with engine_servers(cfg, scratch, True, log) as urls:
             spec = asyncio.run(_served_run(cfg, urls, Rounds(prompts, follow_ups), acceptance))
         base = []
         if runs:
-            with _servers(cfg, scratch, False, log) as urls:
+            with engine_servers(cfg, scratch, False, log) as urls:
                 base = [
                     asyncio.run(_served_run(cfg, urls, spec.rounds.replay(), None))
                     for _ in range(runs)
