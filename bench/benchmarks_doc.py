@@ -1457,6 +1457,45 @@ def r_train_flops(d: dict) -> Section:
     return s
 
 
+def _gpu_goals(d: dict) -> list[str]:
+    """Issue 36's three goals, read from the measured cases: eyas against speculators at equal
+    trainable parameters (tokens/s and peak), and the share of the bf16 peak at 16k tokens."""
+    if d.get("tiny"):
+        return []
+    done = {(c["name"], c["tokens"]): c for c in d.get("cases", []) if c.get("tokens_per_s")}
+    lines = []
+    for tokens in sorted({t for _, t in done}):
+        ours, peer = done.get(("eyas llama frozen", tokens)), done.get(("speculators", tokens))
+        if ours and peer:
+            lines.append(
+                f"- {tokens:,} tokens, equal trainable parameters (heads frozen): eyas "
+                f"{ours['tokens_per_s']:,.0f} tokens/s, speculators {peer['tokens_per_s']:,.0f}: "
+                f"**{ours['tokens_per_s'] / peer['tokens_per_s']:.2f}×** (goal ≥ 1.2×); peak "
+                f"{ours['peak_gb']} GB against {peer['peak_gb']} GB (goal: not above)."
+            )
+    peak, ceiling = d.get("peak_bf16_tflops"), d.get("matmul_bf16_tflops_measured")
+    for (name, tokens), c in done.items():
+        if (
+            tokens == 16 * 1024
+            and c.get("side") != "speculators"
+            and peak
+            and c.get("achieved_tflops")
+        ):
+            lines.append(
+                f"- {name}, 16,384 tokens: {c['achieved_tflops']} TFLOP/s by eyas's FLOP count, "
+                f"{c['achieved_tflops'] / peak:.0%} of the {peak:.0f} TFLOP/s bf16 peak (goal ≥ 45%)"
+                + (f", {c['achieved_tflops'] / ceiling:.0%} of a measured {ceiling} TFLOP/s "
+                   "8192³ bf16 matmul" if ceiling else "")
+                + "."
+            )  # fmt: skip
+    if d.get("notes"):
+        lines.append(f"- {d['notes']}")
+    if d.get("profile"):
+        lines.append(f"- Where a step's time goes: {d['profile']}.")
+    return ["Against the goals of issue 36 (measured on " + str(d.get("device")) + ", "
+            + str(d.get("date")) + "):", "", *lines, ""] if lines else []  # fmt: skip
+
+
 def r_train_gpu(d: dict) -> Section:
     s = Section(
         "eyas against speculators on one GPU at Kimi-K2.5 width",
@@ -1479,6 +1518,7 @@ def r_train_gpu(d: dict) -> Section:
             [[k, v.get("loss_reference"), v.get("loss_fast"), v.get("grad_rel_err_max"),
               v.get("agree")] for k, v in check.items() if isinstance(v, dict)],
         )  # fmt: skip
+    s.lines += _gpu_goals(d)
     rows = [
         [c["name"], c["tokens"], round((c.get("trainable_parameters") or 0) / 1e6) or None,
          c.get("tokens_per_s"), c.get("peak_gb"), c.get("achieved_tflops"), c.get("losses_fall"),
@@ -1734,6 +1774,21 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
                 "capture.json",
             ]
         )
+    if (t := _load(results, "train_gpu")) and not t.get("tiny"):
+        done = {(c["name"], c["tokens"]): c for c in t["cases"] if c.get("tokens_per_s")}
+        for tokens in sorted({n for _, n in done}):
+            ours, peer = done.get(("eyas llama frozen", tokens)), done.get(("speculators", tokens))
+            if ours and peer:
+                rows.append(
+                    [
+                        f"drafter training on one {t['device']} at Kimi width, {tokens:,} "
+                        "tokens, equal trainable parameters, tokens/s",
+                        num(ours["tokens_per_s"]),
+                        f"speculators {num(peer['tokens_per_s'])}",
+                        ratio(ours["tokens_per_s"], peer["tokens_per_s"]),
+                        "train_gpu.json",
+                    ]
+                )
     if m := _load(results, "train_memory"):
         by = {r["tokens"]: r for r in m["rows"]}
         if 8192 in by and isinstance(by[8192].get("speculators"), dict):

@@ -19,13 +19,21 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
     subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_train_gpu.py"), "--tiny", "--out", str(out),
          "--spec-python", str(speculators_python), "--warmup", "1", "--steps", "2",
-         "--case-timeout", "600", "--budget-s", "3600"],
+         "--case-timeout", "600", "--budget-s", "3600", "--profile", str(tmp_path / "prof"),
+         "--profile-tokens", "128"],
         check=True, capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     data = json.loads(out.read_text())
     assert data["tiny"] and set(data["path_check"]) == {"gqa", "mla"}
     for drafter in data["path_check"].values():
         assert drafter["agree"], drafter
+        # both bf16 paths against the fp32 reference: the fast one no further from it
+        assert drafter["fast_vs_fp32"] <= 1.25 * drafter["reference_vs_fp32"], drafter
+    # one profiled step per eyas case at --profile-tokens, an operator table each
+    tables = sorted(p.name for p in (tmp_path / "prof").iterdir())
+    assert len(tables) == 3 and all(
+        "aten::mm" in (tmp_path / "prof" / t).read_text() for t in tables
+    )
     cases = {(c["name"], c["tokens"]): c for c in data["cases"]}
     assert len(cases) == 4
     for case in cases.values():

@@ -41,9 +41,17 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12}
 # 2026-12-04, bench/results/train_h200_reference.json:
 #   H200 mha reference: 4k/16k/32k AC on, 4k/16k AC off: 0.363 0.371 0.360 0.354 0.361
 #   H200 mla reference: 4k/16k/32k AC on, 4k/16k AC off: 0.299 0.324 0.331 0.300 0.319
-# The fast path has not run on a GPU yet: it borrows its attention's reference MFU (stated in
-# `eyas train`'s line) until bench/bench_train_gpu.py measures it.
-MEASURED_MFU = {("H200", "mha", "reference"): 0.361, ("H200", "mla", "reference"): 0.319}
+# The fast path, bench/bench_train_gpu.py on one H200 (torch 2.11, bf16), 2026-12-04,
+# bench/results/train_gpu.json, MFU = the budget's MFU x measured / estimated tokens/s:
+#   H200 mha fast: llama-shaped 4k AC off, 16k AC on; Kimi MHA 16k AC on: 0.420 0.451 0.452
+#   H200 mla fast: Kimi MLA 16k AC on: 0.309 (one row)
+# A device or attention without a fast-path row borrows its reference MFU (stated in the line).
+MEASURED_MFU = {
+    ("H200", "mha", "reference"): 0.361,
+    ("H200", "mla", "reference"): 0.319,
+    ("H200", "mha", "fast"): 0.451,
+    ("H200", "mla", "fast"): 0.309,
+}
 
 # (path, attention, AC) -> the activation count's factor (module docstring). Reference: least
 # squares over the 2026-12-04 H200 peaks of that attention and AC (bench/results/
