@@ -275,8 +275,13 @@ def check_paths(spec: dict) -> dict:
 def _run(cmd: list[str], timeout: float, env: dict) -> dict:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired as exc:  # how far it came: the last lines it printed
+        said = "".join(
+            x.decode(errors="replace") if isinstance(x, bytes) else x
+            for x in (exc.stdout or "", exc.stderr or "")
+        )
+        tail = " | ".join(said.strip().splitlines()[-3:])
+        return {"error": f"timed out after {timeout:.0f} s" + (f" ({tail[-300:]})" if tail else "")}
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}"}
@@ -327,6 +332,10 @@ def main() -> None:
         help="seconds for the whole run: a case starts only if its timeout still fits",
     )  # fmt: skip
     ap.add_argument("--case-timeout", type=float, default=150)
+    ap.add_argument(
+        "--peer-timeout", type=float, default=300,
+        help="speculators' cases above 4,096 tokens: its compile did not finish in 180 s at 16k",
+    )  # fmt: skip
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--spec-python", default=sys.executable, help="python with speculators")
@@ -341,6 +350,10 @@ def main() -> None:
         help="run only the cases named NAME@TOKENS (repeatable; e.g. 'speculators@16384')",
     )  # fmt: skip
     ap.add_argument("--no-check", action="store_true", help="skip the fast/reference check")
+    ap.add_argument(
+        "--fill", type=Path,
+        help="an earlier results file: its measured cases are kept (not rerun), the rest run",
+    )  # fmt: skip
     ap.add_argument("--case", help=argparse.SUPPRESS)  # internal: one eyas case (JSON)
     ap.add_argument("--check", help=argparse.SUPPRESS)  # internal: the path check (JSON)
     args = ap.parse_args()
@@ -388,6 +401,14 @@ def main() -> None:
         "cases": [],
     }
 
+    kept = {}
+    if args.fill is not None:  # measured cases of an earlier run, each with its own date
+        earlier = json.loads(args.fill.read_text())
+        for c in earlier.get("cases", []):
+            if c.get("tokens_per_s") and earlier.get("device") == record["device"]:
+                kept[(c["name"], c["tokens"])] = {"measured": earlier.get("date"), **c}
+        record["filled_from"] = str(args.fill)
+
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2) + "\n")
@@ -406,10 +427,14 @@ def main() -> None:
     for name, side, target, attention, tokens, head, fast in TINY_CASES if args.tiny else CASES:
         if args.only and f"{name}@{tokens}" not in args.only:
             continue
+        if (name, tokens) in kept:
+            record["cases"].append(kept[(name, tokens)])
+            continue
         case = {"name": name, "side": side, "target": target, "tokens": tokens, "draft_head": head}
         if side == "eyas":
             case.update(attention=attention, fast_path=fast)
-        if time.time() - started + args.case_timeout > args.budget_s:
+        timeout = args.peer_timeout if side == "spec" and tokens > 4 * K else args.case_timeout
+        if time.time() - started + timeout > args.budget_s:
             record["cases"].append({**case, "skipped": "time budget"})
             continue
         if side == "eyas":
@@ -429,7 +454,7 @@ def main() -> None:
                 "--tokens", str(tokens), "--warmup", str(args.warmup), "--steps", str(args.steps),
                 *(["--train-head"] if head == "trained" else []),
             ]  # fmt: skip
-        res = _run(cmd, args.case_timeout, env)
+        res = _run(cmd, timeout, env)
         case.update(res)
         flops = (
             res.get("flops_per_step") if side == "eyas" else _spec_flops(tokens, head == "trained")

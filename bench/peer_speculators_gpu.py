@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -123,6 +124,8 @@ def run(args, dev: str) -> dict:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(round(float(loss.detach()), 4))
+        # progress on stderr: a case the driver stops at its timeout shows how far it came
+        print(f"step {i}: {times[-1]:.2f} s", file=sys.stderr, flush=True)
     step_s = sum(times[args.warmup :]) / args.steps
     return {
         "attention": attn,

@@ -7,6 +7,8 @@
 #
 # Writes $OUT/train_gpu.json (the device tool's output folder; else bench/results/), which the
 # next session copies to bench/results/train_gpu.json before `python bench/benchmarks_doc.py`.
+# Arguments go to the bench: `--fill bench/results/train_gpu.json` keeps the cases measured
+# before and runs the rest; `--profile "$OUT"` adds an operator table per eyas case at 16k.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true

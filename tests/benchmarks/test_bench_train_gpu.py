@@ -43,3 +43,16 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
     assert eyas["trainable_parameters"] == cases[("speculators", 128)]["trainable_parameters"]
     assert eyas["fast_path"] and not cases[("eyas kimi mha reference path", 128)]["fast_path"]
     assert eyas["budget"]["gflop_per_token"] > 0
+    # --fill keeps an earlier run's measured cases and runs only the rest: here, none
+    again = tmp_path / "again.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_train_gpu.py"), "--tiny", "--out", str(again),
+         "--fill", str(out), "--no-check"],
+        check=True, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    refilled = json.loads(again.read_text())
+    assert refilled["path_check"] == {"skipped": "--no-check"}
+    assert [{k: v for k, v in c.items() if k != "measured"} for c in refilled["cases"]] == data[
+        "cases"
+    ]
+    assert all(c["measured"] == data["date"] for c in refilled["cases"])
