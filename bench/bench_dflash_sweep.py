@@ -32,21 +32,18 @@ from eyas.train.loop import run_train
 
 BASE = {
     "draft_layers": 1,
-    "block_size": 4,
-    "max_anchors": 512,
-    "dflash_weighting": "decay",
-    "dflash_gamma": 4.0,
+    "dflash": {"block_size": 4, "max_anchors": 512, "weighting": "decay", "gamma": 4.0},
     "lr": 3e-3,
 }
 VARIANTS = {
     "base": {},
     "layers2": {"draft_layers": 2},
     "layers3": {"draft_layers": 3},
-    "block8": {"block_size": 8},
-    "anchors16": {"max_anchors": 16},
-    "anchors64": {"max_anchors": 64},
-    "dpace": {"dflash_weighting": "dpace"},
-    "gamma1": {"dflash_gamma": 1.0},
+    "block8": {"dflash": {"block_size": 8}},
+    "anchors16": {"dflash": {"max_anchors": 16}},
+    "anchors64": {"dflash": {"max_anchors": 64}},
+    "dpace": {"dflash": {"weighting": "dpace"}},
+    "gamma1": {"dflash": {"gamma": 1.0}},
     "lr1e-3": {"lr": 1e-3},
     "lr1e-2": {"lr": 1e-2},
     "aux3": {"aux_layers": [1, 2, 3]},  # EAGLE-3's three fused layers instead of z-lab's one
@@ -74,7 +71,8 @@ def main() -> None:
     names = args.only.split(",") if args.only else list(VARIANTS)
     rows: dict[str, dict] = {}
     for name in names:
-        settings = {**BASE, **VARIANTS[name]}
+        variant = VARIANTS[name]
+        settings = {**BASE, **variant, "dflash": {**BASE["dflash"], **variant.get("dflash", {})}}
         cfg = TrainConfig(
             target=target,
             data=data,
@@ -94,7 +92,7 @@ def main() -> None:
         tail = history[-max(1, len(history) // 5) :]
         slots = len(tail[0]["per_step_acc"])
         offline = _offline(
-            target, drafter, prompts, settings["block_size"] - 1, args.max_new_tokens
+            target, drafter, prompts, settings["dflash"]["block_size"] - 1, args.max_new_tokens
         )
         saved = json.loads((drafter / "drafter_config.json").read_text())
         rows[name] = {
@@ -111,7 +109,7 @@ def main() -> None:
             "drafter_ms_per_verify_step": offline["drafter_ms_per_verify_step"],
         }
         print(
-            f"{name:10} AL {offline['acceptance_length']:.3f} (K={settings['block_size'] - 1}) "
+            f"{name:10} AL {offline['acceptance_length']:.3f} (K={settings['dflash']['block_size'] - 1}) "
             f"slot acc {rows[name]['train_slot_acc']} s/step {rows[name]['train_s_per_step']}",
             flush=True,
         )

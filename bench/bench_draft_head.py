@@ -1,5 +1,5 @@
-"""What freezing the EAGLE-3 draft head costs in acceptance: `--draft-head trained` against
-`--draft-head frozen` (both initialised from the target's head rows of the draft ids) on the
+"""What freezing the EAGLE-3 draft head costs in acceptance: `--eagle3.draft-head trained` against
+`--eagle3.draft-head frozen` (both initialised from the target's head rows of the draft ids) on the
 same data, optimiser, batches and evaluation.
 
     .venv/bin/python bench/bench_draft_head.py                      # the toy tiny target
@@ -43,7 +43,7 @@ def _trainer(target: Path, data: Path, out: Path, head: str, steps: int, args) -
         data=data,
         out=out,
         method="eagle3",
-        draft_head=head,
+        eagle3={"draft_head": head},
         steps=steps,
         ttt=3,
         draft_vocab=args.draft_vocab,

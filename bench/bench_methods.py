@@ -143,8 +143,8 @@ def _trainer(target, data, out, method, steps, args) -> Trainer:
         lr=args.lr,
         warmup_steps=max(1, steps // 10),
         checkpoint_every=10**6,
-        block_size=args.k + 1,
-        peagle_depths=args.k,
+        dflash={"block_size": args.k + 1},
+        peagle={"depths": args.k},
         **METHODS[method],
     )
     cfg.out.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,8 @@ trained again from the last checkpoint, its lost time not counted).
 
 Adding an arm: an `Arm` in `ARMS` (its `train` dict overrides TrainConfig, a new method is
 `method=...`), named in `--arms`; rerun the same command on the same workdir: finished arms
-are kept, the new one runs. An arm whose option this commit's TrainConfig lacks (`draft_head`
-before issue 36's flag lands) is recorded `not_run` with the reason and tried again by a later
+are kept, the new one runs. An arm whose option this commit's TrainConfig lacks (`eagle3`
+before the method options were nested) is recorded `not_run` with the reason and tried again by a later
 run from a newer commit, as is one whose served eval failed (`eval_failed`). Each point
 records the commit it ran on.
 """
@@ -105,7 +105,12 @@ ARMS = [
     Arm("speculators-vocab16k", "main", peer_of="eagle3-vocab16k", note="eagle3-vocab16k's"),
     Arm("eagle3.1", "main", method="eagle3.1"),
     Arm("dflash", "main", method="dflash"),
-    Arm("eagle3-head-frozen", "decision", train={"draft_head": "frozen"}, note="issue 36 flag"),
+    Arm(
+        "eagle3-head-frozen",
+        "decision",
+        train={"eagle3": {"draft_head": "frozen"}},
+        note="issue 36 flag",
+    ),
     Arm("eagle3-ttt3", "decision", train={"ttt": 3}, note="TTT depth 3 instead of 7"),
     Arm("eagle3-lr3e-4", "decision", train={"lr": 3e-4}, note="learning rate 3e-4"),
 ]

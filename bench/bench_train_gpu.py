@@ -18,7 +18,7 @@ bf16 autocast, fp32 AdamW, one random sequence per case.
 Defaults: eyas trains its draft head and runs its fast path on CUDA (activation checkpointing
 `auto`: on above 4,096 tokens); speculators freezes its head (`simple_flex_attention`, eager KL
 loss: its fused loss failed under torch 2.11 on 2026-12-04). Equal trainable parameters: eyas
-with `--draft-head frozen` against speculators' default (756M each), and eyas's default against
+with `--eagle3.draft-head frozen` against speculators' default (756M each), and eyas's default against
 speculators with its head trained (985M each).
 
 Before any timing, the fast path is compared with the reference path on the device (compiled

@@ -1538,7 +1538,7 @@ def r_draft_head(d: dict) -> Section:
     st = d.get("settings", {})
     s = Section(
         f"Frozen or trained draft head: acceptance on the toy ({d.get('target')})",
-        "EAGLE-3 with `--draft-head trained` against `--draft-head frozen` (both initialised "
+        "EAGLE-3 with `--eagle3.draft-head trained` against `--eagle3.draft-head frozen` (both initialised "
         "from the target's head rows of the draft ids), the same data, batches and optimiser, "
         f"trained in turns: {num(st.get('steps'))} steps each, then the same training seconds; "
         f"offline, lossless, K = {num(st.get('k'))}. The SmolLM2 figure comes from the "

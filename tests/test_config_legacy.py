@@ -177,3 +177,56 @@ def test_vllm_python_flag_prints_one_line(paths, tmp_path):
     assert _deprecated_lines(res.output) == [
         f"deprecated: --vllm-python is now --engine-python; the old flag is read until {UNTIL}"
     ], res.output
+
+
+OLD_METHOD_VALUES = {
+    "draft_head": "frozen", "block_size": 4, "max_anchors": 3, "dflash_weighting": "dpace",
+    "dflash_gamma": 2.0, "dpace_alpha": 0.3, "mask_token_id": 5, "conv_kernel_size": 3,
+    "conv_group_size": 8, "selector_rank": 16, "selector_top_k": 4, "selector_loss_alpha": 0.5,
+    "peagle_depths": 4, "peagle_down_sample_ratio": 0.5, "peagle_down_sample_ratio_min": 0.1,
+    "peagle_max_anchors": 7, "peagle_mask_token_id": 9,
+}  # fmt: skip
+
+
+def test_every_method_options_old_flat_key_reads_as_its_nested_key(paths):
+    """The method options were top-level keys until they were nested under their method's
+    name: each old key (in Python, a file or `--set`) gives the nested key's config, with one
+    deprecation; the old key and its new one with two values is an error."""
+    from eyas.drafter.options import OLD_KEYS
+
+    assert set(OLD_METHOD_VALUES) == set(OLD_KEYS)  # every old key is checked here
+    train = {"target": paths["target"], "data": paths["data"], "out": paths["out"]}
+    for old, value in OLD_METHOD_VALUES.items():
+        section, key = OLD_KEYS[old].split(".")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = TrainConfig.model_validate({**train, old: value})
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecatedKey)]
+        assert getattr(getattr(got, section), key) == value, old
+        assert got == TrainConfig.model_validate({**train, section: {key: value}}), old
+        assert messages == [f"{old} is now {section}.{key}; the old key is read until {UNTIL}"]
+        other = {**train, old: value, section: {key: "x" if isinstance(value, str) else 99}}
+        with pytest.raises(ValueError, match="give one"):
+            TrainConfig.model_validate(other)
+    # beside a nested table of the same method, the old key joins it
+    cfg, said = _read(TrainConfig, None, {**train, "block_size": 4, "dflash": {"gamma": 2.0}})
+    assert (cfg.dflash.block_size, cfg.dflash.gamma) == (4, 2.0) and len(said) == 1
+    # a TOML table and `--set` with the dotted key: no deprecation
+    toml = paths["py"].parent / "t.toml"
+    toml.write_text("[dflash]\nblock_size = 6\n[peagle]\ndepths = 3\n")
+    cfg, said = _read(TrainConfig, toml, train, ["dflash.max_anchors=9"])
+    assert (cfg.dflash.block_size, cfg.dflash.max_anchors, cfg.peagle.depths) == (6, 9, 3)
+    assert said == []
+
+
+def test_an_old_method_flag_prints_one_line(paths):
+    """`--block-size` is `--dflash.block-size`: one `deprecated:` line; given with the new
+    flag at another value, one error and no traceback."""
+    base = ["train", "--target", paths["target"], "--data", paths["data"], "--out", paths["out"]]
+    res = CliRunner().invoke(app, [*base, "--block-size", "4", "--dflash.block-size", "5"])
+    assert res.exit_code == 2, res.output
+    assert _deprecated_lines(res.output) == [
+        f"deprecated: --block-size is now --dflash.block-size; the old flag is read until {UNTIL}"
+    ], res.output
+    assert "--dflash.block-size and --block-size set dflash.block_size: give one" in res.output
+    assert "Traceback" not in res.output

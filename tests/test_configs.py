@@ -152,29 +152,39 @@ def test_quickstart_toml_loads_back_into_the_config_it_ran(tmp_path, monkeypatch
     assert loaded.datasets[0].sampling.top_p == 0.5 and loaded.backend.timeout_s == 7.5
 
 
-def test_a_methods_options_live_in_its_package_and_each_is_a_train_flag():
+def test_a_methods_options_live_in_its_package_nested_under_its_name_each_a_train_flag(tmp_path):
     """A drafter method's own options are declared in its package (`options` module), not in
-    `config.py`; `TrainConfig` has each as a field and `eyas train` a flag per field, so a new
-    option touches the method's package only."""
+    `config.py`; `TrainConfig` holds each method's model under the method's name, and `eyas
+    train` has a flag per option (`--dflash.block-size`), so a new option touches the method's
+    package only, and two methods may own options of one name."""
     import typer
 
     from eyas.cli import app
-    from eyas.train.config import METHOD_OPTIONS, TrainConfig, method_option_keys
+    from eyas.drafter.options import MethodOptions, method_option_keys
+    from eyas.train.config import TrainConfig
 
-    assert {m.__module__ for m in METHOD_OPTIONS} == {
+    modules = {f.annotation.__module__ for f in MethodOptions.model_fields.values()}
+    assert modules == {
         "eyas.drafter.eagle3.options",
         "eyas.drafter.dflash.options",
         "eyas.drafter.dflash2.options",
         "eyas.drafter.peagle.options",
     }
     declared_here = set(TrainConfig.__annotations__)
+    assert not declared_here & set(MethodOptions.model_fields)
     keys = method_option_keys()
-    assert keys and not declared_here & set(keys)
-    assert set(keys) <= set(TrainConfig.model_fields)
+    assert "dflash.max_anchors" in keys and "peagle.max_anchors" in keys  # one name, two owners
     command = typer.main.get_command(app).commands["train"]
     flags = {opt for p in command.params for opt in p.opts}
     for key in keys:
         assert "--" + key.replace("_", "-") in flags, key
+    cfg = TrainConfig(
+        target=tmp_path, out=tmp_path, data=tmp_path, dflash={"max_anchors": 3},
+        peagle={"max_anchors": 5},
+    )  # fmt: skip
+    assert (cfg.dflash.max_anchors, cfg.peagle.max_anchors) == (3, 5)
+    with pytest.raises(ValidationError, match=r"dflash\.blok_size"):  # a nested typo is refused
+        TrainConfig(target=tmp_path, out=tmp_path, data=tmp_path, dflash={"blok_size": 3})
 
 
 def test_the_config_asks_the_method_for_its_draft_layer_count(tmp_path):

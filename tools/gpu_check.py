@@ -112,7 +112,7 @@ def train(toy: str, method: str, out: Path, steps: int = 40, attention: str | No
         args += ["--attention", attention]
     args += ["--steps", steps, "--ttt", 3, "--draft-vocab", 512, "--batch-tokens", 4096]
     if method == "dflash":
-        args += ["--block-size", 4]
+        args += ["--dflash.block-size", 4]
     eyas("train", *args)
     return out
 

@@ -149,3 +149,28 @@ def engine_keys(
             raise ValueError(f"{command}: {old} is the old name of engine.{option}: give one")
         engine[option] = value
     return data
+
+
+def moved_keys(data: Any, command: str, moved: dict[str, str]) -> Any:
+    """`data` with each old top-level key of `moved` put at its dotted key now (a table made
+    where missing; an option owner lists its own, as `eyas.drafter.options.OLD_KEYS`)."""
+    if not isinstance(data, dict) or not any(old in data for old in moved):
+        return data
+    data = dict(data)
+    for old, new in moved.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        deprecated(old, new)
+        *parents, leaf = new.split(".")
+        node = data
+        for part in parents:
+            child = node.get(part)
+            if child is not None and not isinstance(child, dict):  # a built model: as a table
+                child = child.model_dump(exclude_unset=True)
+            node[part] = dict(child or {})
+            node = node[part]
+        if leaf in node and node[leaf] != value:
+            raise ValueError(f"{command}: {old} is the old name of {new}: give one")
+        node[leaf] = value
+    return data

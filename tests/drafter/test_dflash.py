@@ -267,19 +267,19 @@ def test_the_mask_token_never_has_a_zero_embedding_row(toy_tiny):
     assert float(embed[0].norm()) == 0.0  # the premise
     method = get_method("dflash")
     seqs = [SimpleNamespace(ids=list(range(1, 40)))]
-    chosen = method.mask_token_id(target, SimpleNamespace(mask_token_id=None), seqs)
+    chosen = method.pick_mask_token(target, None, seqs)
     assert chosen != 0 and float(embed[chosen].norm()) > 0 and chosen not in range(1, 40)
     # a packed index (training's: one token array) is read in one pass, with the same answer;
     # the highest id the data leaves free is taken
     import numpy as np
 
     packed = SimpleNamespace(tokens=np.arange(1, 40, dtype=np.int32))
-    assert method.mask_token_id(target, SimpleNamespace(mask_token_id=None), packed) == chosen
+    assert method.pick_mask_token(target, None, packed) == chosen
     top = target.vocab_size - 1
     packed = SimpleNamespace(tokens=np.array([1, top, 5], dtype=np.int32))
-    assert method.mask_token_id(target, SimpleNamespace(mask_token_id=None), packed) == top - 1
+    assert method.pick_mask_token(target, None, packed) == top - 1
     with pytest.raises(EyasError) as err:
-        method.mask_token_id(target, SimpleNamespace(mask_token_id=0), seqs)
+        method.pick_mask_token(target, 0, seqs)
     assert err.value.reason == "mask_token_zero_embedding"
     # with a zero mask row, a one-layer drafter's mask slots all compute the same state (deeper
     # ones differ only by what RoPE makes of the first layer's identical outputs)

@@ -224,7 +224,7 @@ def _fake_target(tmp_path, model):
 
 def test_a_group_size_that_does_not_divide_the_width_is_a_flag_error(toy_tiny, tmp_path):
     cfg = toy_train_config(
-        toy_tiny, tmp_path / "t", data=tmp_path, method="dflash2", conv_group_size=7
+        toy_tiny, tmp_path / "t", data=tmp_path, method="dflash2", dflash2={"conv_group_size": 7}
     )
     from eyas.hf_models import target_model
 
@@ -246,8 +246,8 @@ def test_train_export_check_and_evaluate_losslessly(tmp_path, toy_tiny, toy_samp
     out = tmp_path / "t"
     code, output = _cli(
         "train", "--target", toy_tiny, "--data", toy_samples, "--out", out, "--method",
-        "dflash2", "--steps", 40, "--block-size", 4, "--batch-tokens", 3000, "--lr", "3e-3",
-        "--selector-rank", 32, "--set", "warmup_steps=4",
+        "dflash2", "--steps", 40, "--dflash.block-size", 4, "--batch-tokens", 3000, "--lr", "3e-3",
+        "--dflash2.selector-rank", 32, "--set", "warmup_steps=4",
     )  # fmt: skip
     assert code == 0, output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -280,7 +280,12 @@ def test_vllm_cpu_refuses_dflash2_and_eyas_says_so_first(
     check on eyas's export says so. `eyas eval --backend vllm` refuses before starting it."""
     drafter = run_train(
         toy_train_config(
-            toy_tiny, tmp_path / "t", data=toy_samples, method="dflash2", block_size=4, steps=2
+            toy_tiny,
+            tmp_path / "t",
+            data=toy_samples,
+            method="dflash2",
+            dflash={"block_size": 4},
+            steps=2,
         ),
         log=lambda s: None,
     ).drafter
@@ -323,8 +328,8 @@ def test_dflash2_on_the_kimi_shaped_toy_trains_and_decodes_losslessly(
 
     drafter = run_train(
         toy_train_config(
-            kimi_toy, tmp_path / "t", data=kimi_mla_samples, method="dflash2", block_size=4,
-            selector_rank=32, steps=8,
+            kimi_toy, tmp_path / "t", data=kimi_mla_samples, method="dflash2",
+            dflash={"block_size": 4}, dflash2={"selector_rank": 32}, steps=8,
         ),
         log=lambda s: None,
     ).drafter  # fmt: skip

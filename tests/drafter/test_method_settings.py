@@ -61,11 +61,19 @@ def test_train_config_has_every_field_the_methods_read(tmp_path):
         assert fields(MethodTrainSettings) < fields(protocol)
 
 
-def test_each_methods_options_are_in_its_protocol():
-    for protocol, options in PROTOCOLS.values():
-        assert set(options.model_fields) <= fields(protocol), protocol.__name__
+def test_each_method_reads_its_options_as_one_nested_model(tmp_path):
+    """A method's options sit under its name (`train_cfg.dflash.block_size`): its protocol
+    declares that one field, typed by the method's own options model."""
+    from eyas.drafter.options import MethodOptions
+
+    cfg = TrainConfig(target=tmp_path, out=tmp_path, data=tmp_path)
+    for section, (protocol, options) in PROTOCOLS.items():
+        assert section in fields(protocol), protocol.__name__
+        assert MethodOptions.model_fields[section].annotation is options
+        assert isinstance(getattr(cfg, section), options)
     assert fields(DFlashTrainSettings) < fields(DFlash2TrainSettings)  # DFlash2 reads DFlash's
-    assert set(vllm.DFLASH2_KEYS) <= fields(DFlash2TrainSettings)  # read by name in a loop
+    assert fields(Eagle3TrainSettings) < fields(PEagleTrainSettings)  # P-EAGLE EAGLE-3's layer
+    assert set(vllm.DFLASH2_KEYS) <= set(DFlash2Options.model_fields)  # read by name in a loop
 
 
 def test_every_train_cfg_read_in_the_drafter_is_declared():
@@ -78,4 +86,4 @@ def test_every_train_cfg_read_in_the_drafter_is_declared():
     assert undeclared == []
     # the reader sees reads (it would catch an undeclared one)
     assert {"ttt", "loss_decay", "chunk_len"} <= train_cfg_reads(DRAFTER / "eagle3" / "method.py")
-    assert "block_size" in train_cfg_reads(DRAFTER / "dflash" / "method.py")
+    assert "dflash" in train_cfg_reads(DRAFTER / "dflash" / "method.py")

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow
 # EAGLE-3 goes this way in tests/train and tests/evaluate
 METHODS = {
     "eagle3.1": [],
-    "dflash": ["--block-size", "4", "--draft-layers", "2"],
-    "peagle": ["--peagle-depths", "3"],
+    "dflash": ["--dflash.block-size", "4", "--draft-layers", "2"],
+    "peagle": ["--peagle.depths", "3"],
 }
 
 
@@ -120,9 +120,8 @@ def test_dflash_kill_and_resume_reproduces_the_loss_curve(tmp_path, toy_tiny, to
             out,
             data=toy_samples,
             method="dflash",
-            block_size=4,
+            dflash={"block_size": 4, "max_anchors": 16},
             draft_layers=2,
-            max_anchors=16,
         )
 
     full = Trainer(cfg(tmp_path / "full"), log=lambda s: None)

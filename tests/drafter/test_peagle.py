@@ -50,9 +50,7 @@ def tiny(seed: int = 0, depths: int = 4, draft_vocab: int = V) -> PEagleDrafter:
 
 def options(**kw):
     base = dict(
-        peagle_down_sample_ratio=0.7,
-        peagle_down_sample_ratio_min=0.2,
-        peagle_max_anchors=None,
+        peagle=SimpleNamespace(down_sample_ratio=0.7, down_sample_ratio_min=0.2, max_anchors=None),
         chunk_len=1024,
         activation_checkpointing="off",
     )
@@ -296,7 +294,7 @@ def test_vllm_serves_it_as_eagle3_with_parallel_drafting_and_at_most_its_depths(
 
 
 def test_a_frozen_head_keeps_the_target_rows_and_loads_from_the_target(tmp_path, toy_tiny):
-    """`--draft-head frozen` (EAGLE-3's option, speculators' choice): the head is the target's
+    """`--eagle3.draft-head frozen` (EAGLE-3's option, speculators' choice): the head is the target's
     rows of the draft ids, not trained; a checkpoint without it is completed from the target."""
     from eyas.hf_models import target_model
     from eyas.train.config import TrainConfig
@@ -304,7 +302,11 @@ def test_a_frozen_head_keeps_the_target_rows_and_loads_from_the_target(tmp_path,
     method = get_method("peagle")
     target = target_model(toy_tiny)
     cfg = TrainConfig(
-        target=toy_tiny, out=tmp_path, data=tmp_path, method="peagle", draft_head="frozen"
+        target=toy_tiny,
+        out=tmp_path,
+        data=tmp_path,
+        method="peagle",
+        eagle3={"draft_head": "frozen"},
     )
     d2t = torch.arange(0, 1024, 4) - torch.arange(256)
     t2d = torch.zeros(1024, dtype=torch.bool)

@@ -44,7 +44,7 @@ def test_with_a_frozen_head_it_trains_as_speculators_own_default_does(
     tmp_path,
     speculators_python,
 ):
-    """`--draft-head frozen`: the head keeps the target's rows, as speculators keeps it
+    """`--eagle3.draft-head frozen`: the head keeps the target's rows, as speculators keeps it
     (`DraftVocabMixin._load_verifier_weights`): its trainer's trainable set, untouched."""
     setup = Setup(target=toy_tiny, steps=2, sequences=8, rows=4, new_tokens=24, draft_head="frozen")
     result = run(setup, tmp_path, speculators_python)

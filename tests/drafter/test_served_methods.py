@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
     ("method", "extra"),
     [
         ("eagle3.1", {}),
-        ("dflash", {"block_size": 4, "draft_layers": 2}),
-        ("peagle", {"peagle_depths": 3}),
+        ("dflash", {"dflash": {"block_size": 4}, "draft_layers": 2}),
+        ("peagle", {"peagle": {"depths": 3}}),
     ],
 )
 def test_vllm_serves_the_method_as_evaluated_offline(

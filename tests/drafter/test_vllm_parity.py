@@ -153,7 +153,7 @@ def test_vllm_serves_the_real_kimi_shape_as_trained(kimi_real_runs, shape_name, 
 # and probed in one vLLM process
 CASES = {
     "unsorted_aux": ("toy_tiny", "eagle3", "vllm", {"aux_layers": [3, 1, 2]}, {}),
-    "block_16": ("toy_tiny", "dflash", "vllm", {"block_size": 16}, {}),
+    "block_16": ("toy_tiny", "dflash", "vllm", {"dflash": {"block_size": 16}}, {}),
     "dflash_2_layers": ("toy_tiny", "dflash", "vllm", {"draft_layers": 2}, {}),
     "dflash_2_layers_fixed": (
         "toy_tiny", "dflash", "vllm", {"draft_layers": 2}, {"grouped_rms_norm_reference": True},

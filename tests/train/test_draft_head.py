@@ -1,4 +1,4 @@
-"""`--draft-head trained|frozen`: the EAGLE-3 draft head starts from the target's rows of the
+"""`--eagle3.draft-head trained|frozen`: the EAGLE-3 draft head starts from the target's rows of the
 draft ids either way (speculators' `load_verifier_weights` does the same); frozen, it stays
 there through training, checkpoints, resume and export."""
 
@@ -24,7 +24,7 @@ def test_the_head_starts_from_the_targets_rows(tmp_path, toy_tiny, toy_samples, 
         # a reduced draft vocabulary (the default is the toy's whole one): the rows are then a
         # selection of the target's, which is what this test checks
         toy_train_config(
-            toy_tiny, tmp_path / "o", data=toy_samples, draft_head=mode, draft_vocab=400
+            toy_tiny, tmp_path / "o", data=toy_samples, eagle3={"draft_head": mode}, draft_vocab=400
         ),
         log=lambda s: None,
     )
@@ -46,7 +46,12 @@ def test_a_frozen_head_stays_the_targets_rows_through_training_and_export(
     out = tmp_path / "o"
     result = run_train(
         toy_train_config(
-            toy_tiny, out, data=toy_samples, draft_head="frozen", steps=3, draft_vocab=400
+            toy_tiny,
+            out,
+            data=toy_samples,
+            eagle3={"draft_head": "frozen"},
+            steps=3,
+            draft_vocab=400,
         ),
         log=lambda s: None,
     )
@@ -63,4 +68,4 @@ def test_a_frozen_head_stays_the_targets_rows_through_training_and_export(
 
 def test_the_flag_is_checked():
     with pytest.raises(ValueError, match="draft_head"):
-        TrainConfig(target="t", data="d", out="o", draft_head="half")
+        TrainConfig(target="t", data="d", out="o", eagle3={"draft_head": "half"})

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from eyas.capture.config import CaptureConfig
-from eyas.cli_schema import schema_flags
+from eyas.cli_schema import Flag, schema_flags
 from eyas.commands.common import (
     ENGINE_FLAGS,
     INCLUDE_TRUNCATED,
@@ -17,7 +17,15 @@ from eyas.commands.common import (
     server_flags,
     user_errors,
 )
-from eyas.train.config import TrainConfig, method_option_keys
+from eyas.drafter.options import OLD_KEYS, flag_name, method_option_keys
+from eyas.train.config import TrainConfig
+
+# every method's own options under its name (`--dflash.block-size`), and the flags they had
+# before they were nested, each read with one `deprecated:` line
+METHOD_FLAGS = (
+    *(Flag(key, flag_name(key)) for key in method_option_keys()),
+    *(Flag(new, flag_name(old), now=flag_name(new)) for old, new in OLD_KEYS.items()),
+)
 
 
 @user_errors
@@ -104,7 +112,8 @@ def capture(cfg: CaptureConfig) -> None:
     "keep_last",
     "log_to",
     "trust_remote_code",
-    *method_option_keys(),  # every method's own options, from its package
+    "attention",
+    *METHOD_FLAGS,  # every method's own options, from its package
 )
 def train(cfg: TrainConfig) -> None:
     """Train a drafter (EAGLE-3, EAGLE-3.1 or DFlash; target online, or from captured

@@ -120,8 +120,7 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
         lr=setup.lr,
         warmup_steps=setup.warmup_steps,
         draft_layers=setup.draft_layers,
-        block_size=setup.block_size,
-        max_anchors=setup.max_anchors,
+        dflash={"block_size": setup.block_size, "max_anchors": setup.max_anchors},
         seed=setup.seed,
     )
 
@@ -199,7 +198,7 @@ def eyas_side(
         opt.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
         anchors, valid = prep.extra["anchors"], prep.extra["valid"]
-        entropy = _weighted_entropy(teacher, sup, anchors, valid, bs, cfg.dflash_gamma)
+        entropy = _weighted_entropy(teacher, sup, anchors, valid, bs, cfg.dflash.gamma)
         correct = [st.correct for st in stats]
         figures.append(
             {
@@ -218,8 +217,8 @@ def eyas_side(
         "lr": setup.lr,
         "lr_factors": factors,
         "clip": cfg.clip,
-        "gamma": cfg.dflash_gamma,
-        "selector_loss_alpha": cfg.selector_loss_alpha,
+        "gamma": cfg.dflash.gamma,
+        "selector_loss_alpha": cfg.dflash2.selector_loss_alpha,
         "threads": setup.threads,
         "config": dcfg.to_dict(),
     }

@@ -117,9 +117,8 @@ def train_config(setup: Setup, work: Path) -> TrainConfig:
         steps=setup.steps,
         lr=setup.lr,
         warmup_steps=setup.warmup_steps,
-        peagle_depths=setup.depths,
-        peagle_max_anchors=setup.max_anchors,
-        draft_head=setup.draft_head,
+        peagle={"depths": setup.depths, "max_anchors": setup.max_anchors},
+        eagle3={"draft_head": setup.draft_head},
         seed=setup.seed,
     )
 
@@ -237,9 +236,9 @@ def eyas_side(
         "config": dcfg.to_dict(),
         "row_len": row_len,
         "cod": {
-            "ratio": cfg.peagle_down_sample_ratio,
-            "ratio_min": cfg.peagle_down_sample_ratio_min,
-            "max_anchors": cfg.peagle_max_anchors,
+            "ratio": cfg.peagle.down_sample_ratio,
+            "ratio_min": cfg.peagle.down_sample_ratio_min,
+            "max_anchors": cfg.peagle.max_anchors,
         },
     }
     (work / "spec.json").write_text(json.dumps(spec))

@@ -101,13 +101,22 @@ def random_vocab(vocab_size: int, draft_vocab: int = DRAFT_VOCAB) -> dict:
 
 
 def train_config(target: Path, **settings: Any):
-    """A `TrainConfig` for `target` with every other field at its default (no data needed)."""
+    """A `TrainConfig` for `target` with every other field at its default (no data needed).
+    `settings`: its fields, a method's option by its short name (`draft_head` for
+    `eagle3.draft_head`, as `eyas.drafter.options.OLD_KEYS` maps them)."""
+    from eyas.drafter.options import OLD_KEYS
     from eyas.train.config import TrainConfig
 
     cfg = TrainConfig.model_construct(method="eagle3", target=target)
     for name, field in TrainConfig.model_fields.items():
-        cfg.__dict__.setdefault(name, field.default)
-    cfg.__dict__.update(settings)
+        cfg.__dict__.setdefault(name, field.get_default(call_default_factory=True))
+    for name, value in settings.items():
+        if name in OLD_KEYS:
+            section, key = OLD_KEYS[name].split(".")
+            options = getattr(cfg, section)
+            cfg.__dict__[section] = options.model_copy(update={key: value})
+        else:
+            cfg.__dict__[name] = value
     return cfg
 
 

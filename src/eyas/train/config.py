@@ -12,17 +12,14 @@ from eyas.backends.server_config import ServerConfig
 from eyas.backends.server_config import server_defaults as _server_defaults
 from eyas.config import AuxLayers, CaptureEngine, DrafterMethod, server_input
 from eyas.drafter.names import DEFAULT_METHOD
-from eyas.drafter.options import METHOD_OPTIONS
+from eyas.drafter.options import OLD_KEYS, MethodOptions
 from eyas.options import Strict as _Strict
 
 
-def method_option_keys() -> tuple[str, ...]:
-    return tuple(k for model in METHOD_OPTIONS for k in model.model_fields)
-
-
-class TrainConfig(_Strict, *METHOD_OPTIONS):
+class TrainConfig(_Strict, MethodOptions):
     """`eyas train`. Defaults follow the peers where they agree (AdamW β=(0.9, 0.95), clip 0.5,
-    7 TTT steps with weights 0.8^k); each method's own options come from its package."""
+    7 TTT steps with weights 0.8^k); each method's own options come from its package, nested
+    under its name (`MethodOptions`: `dflash.block_size`, `--dflash.block-size`)."""
 
     path_keys: ClassVar = (
         "target",
@@ -141,6 +138,12 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     draft_layers: int | None = Field(
         None, ge=1, description="drafter decoder layers (EAGLE-3: 1; DFlash, DFlash2: default 2)"
     )
+    attention: Literal["mha", "mla"] | None = Field(
+        None,
+        description="drafter attention: mha (Llama layer) or mla (DeepSeek-V3 latent attention, "
+        "dims from the target; the EAGLE-3 default for MLA targets such as Kimi-K2.5); each "
+        "method lists the kinds it builds",
+    )
     num_attention_heads: int | None = Field(
         None, ge=1, description="drafter attention heads (default: the target's)"
     )
@@ -164,7 +167,10 @@ class TrainConfig(_Strict, *METHOD_OPTIONS):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return server_input(cls, config_legacy.renamed_keys(data, "train"), "train")
+        data = config_legacy.moved_keys(
+            config_legacy.renamed_keys(data, "train"), "train", OLD_KEYS
+        )
+        return server_input(cls, data, "train")
 
     @model_validator(mode="after")
     def _sources(self) -> TrainConfig:

@@ -2,8 +2,8 @@
 
     eyas train --target MODEL_DIR --data runs/x/generate --out runs/x/drafter --steps 2000
     eyas train --method eagle3.1 --target MODEL_DIR --data runs/x/generate --out runs/x/d31
-    eyas train --method dflash --block-size 8 --draft-layers 2 --target MODEL_DIR \
-        --data runs/x/generate --out runs/x/dflash [--set dflash_weighting=dpace]
+    eyas train --method dflash --dflash.block-size 8 --draft-layers 2 --target MODEL_DIR \
+        --data runs/x/generate --out runs/x/dflash [--dflash.weighting dpace]
     eyas train --target MODEL_DIR --hidden-states runs/x/capture --out runs/x/drafter
     eyas train --target MODEL_DIR --data runs/x/generate --capture-ahead 8 \
         --capture-backend vllm --capture-url http://capture:8000 --out runs/x/drafter

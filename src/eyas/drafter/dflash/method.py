@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -12,6 +12,7 @@ from torch import nn
 from eyas.drafter.dflash import export as layouts
 from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
+from eyas.drafter.dflash.options import DFlashOptions
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
 from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import StepStats, Teacher
@@ -32,12 +33,7 @@ from eyas.hf_models import TargetModel
 class DFlashTrainSettings(MethodTrainSettings, Protocol):
     """What DFlash's hooks read: the shared settings and its own options (`options.py`)."""
 
-    block_size: int
-    max_anchors: int
-    dflash_weighting: Literal["decay", "dpace"]
-    dflash_gamma: float
-    dpace_alpha: float
-    mask_token_id: int | None
+    dflash: DFlashOptions
 
 
 # DFlash's settings, or a method's built on DFlash (DFlash2's)
@@ -83,7 +79,11 @@ class DFlashMethod(DraftMethod[D]):
         return False  # the target's head, frozen (SGLang's DFlash has no head of its own)
 
     def mask_token_id(self, target: TargetModel, train_cfg: D, seqs: list) -> int:
-        """The configured id, else the target's pad token, else the highest id no training
+        """`pick_mask_token` with `--dflash.mask-token-id`."""
+        return self.pick_mask_token(target, train_cfg.dflash.mask_token_id, seqs)
+
+    def pick_mask_token(self, target: TargetModel, chosen: int | None, seqs: list) -> int:
+        """The chosen id, else the target's pad token, else the highest id no training
         sequence contains (TorchSpec's Qwen3 DFlash config uses the pad token likewise). Its
         embedding is the target's row, frozen like the rest.
 
@@ -99,8 +99,8 @@ class DFlashMethod(DraftMethod[D]):
         def usable(i: int) -> bool:
             return rows is None or float(rows[i]) > floor
 
-        if train_cfg.mask_token_id is not None:
-            mask = int(train_cfg.mask_token_id)
+        if chosen is not None:
+            mask = int(chosen)
             if not 0 <= mask < target.vocab_size:
                 raise EyasError("bad_flag", f"mask_token_id {mask} is outside the vocab")
             if not usable(mask):
@@ -123,7 +123,7 @@ class DFlashMethod(DraftMethod[D]):
             raise EyasError(
                 "no_mask_token",
                 "every token id with a non-zero embedding occurs in the data: "
-                "pass --set mask_token_id=N",
+                "choose one (--dflash.mask-token-id N)",
             )
         return int(np.flatnonzero(free)[-1])  # the highest free id
 
@@ -166,7 +166,7 @@ class DFlashMethod(DraftMethod[D]):
             vocab_size=target.vocab_size,
             target_hidden_size=target.hidden_size,
             aux_layer_ids=list(aux_layers),
-            block_size=train_cfg.block_size,
+            block_size=train_cfg.dflash.block_size,
             mask_token_id=vocab["mask_token_id"],
             max_position_embeddings=max_positions,
             rms_norm_eps=target.rms_norm_eps,
@@ -195,7 +195,7 @@ class DFlashMethod(DraftMethod[D]):
 
     def prepare(self, model, input_ids, supervised, *, train_cfg: D, seeds) -> Prepared:
         lengths = [self._length(supervised[r]) for r in range(supervised.shape[0])]
-        anchors, valid = select_anchors(supervised, lengths, train_cfg.max_anchors, seeds)
+        anchors, valid = select_anchors(supervised, lengths, train_cfg.dflash.max_anchors, seeds)
         _, mask = slot_targets(supervised, anchors, valid, model.config.block_size)
         counts = mask.flatten(0, 1).sum(0).to(torch.float64).cpu()  # [bs-1]
         return Prepared(input_ids, supervised, counts, {"anchors": anchors, "valid": valid})
@@ -239,9 +239,9 @@ class DFlashMethod(DraftMethod[D]):
             prepared.extra["anchors"],
             prepared.extra["valid"],
             normalizer,
-            weighting=train_cfg.dflash_weighting,
-            gamma=train_cfg.dflash_gamma,
-            alpha=train_cfg.dpace_alpha,
+            weighting=train_cfg.dflash.weighting,
+            gamma=train_cfg.dflash.gamma,
+            alpha=train_cfg.dflash.dpace_alpha,
             chunk=train_cfg.chunk_len,
             fast=fast_path_on(train_cfg, prepared.input_ids.device),
         )

@@ -13,6 +13,7 @@ from eyas.drafter.dflash.method import DFlashMethod, DFlashTrainSettings
 from eyas.drafter.dflash2 import export as layouts
 from eyas.drafter.dflash2.decode import DFlash2Proposer
 from eyas.drafter.dflash2.model import DFlash2Config, DFlash2Drafter
+from eyas.drafter.dflash2.options import DFlash2Options
 from eyas.drafter.dflash2.train import block_loss
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel
@@ -21,11 +22,7 @@ from eyas.hf_models import TargetModel
 class DFlash2TrainSettings(DFlashTrainSettings, Protocol):
     """What DFlash2's hooks read: DFlash's and its own options (`options.py`)."""
 
-    conv_kernel_size: int
-    conv_group_size: int
-    selector_rank: int
-    selector_top_k: int
-    selector_loss_alpha: float
+    dflash2: DFlash2Options
 
 
 class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
@@ -49,7 +46,7 @@ class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
             vocab=vocab,
             max_positions=max_positions,
         )
-        keys = {k: int(getattr(train_cfg, k)) for k in vllm.DFLASH2_KEYS}
+        keys = {k: int(getattr(train_cfg.dflash2, k)) for k in vllm.DFLASH2_KEYS}
         try:
             return DFlash2Config(**asdict(base), **keys)
         except ValueError as exc:  # a group size that does not divide the width, ...
@@ -77,10 +74,10 @@ class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
             prepared.extra["valid"],
             normalizer,
             raw_model.candidate_selector,
-            selector_alpha=train_cfg.selector_loss_alpha,
-            weighting=train_cfg.dflash_weighting,
-            gamma=train_cfg.dflash_gamma,
-            alpha=train_cfg.dpace_alpha,
+            selector_alpha=train_cfg.dflash2.selector_loss_alpha,
+            weighting=train_cfg.dflash.weighting,
+            gamma=train_cfg.dflash.gamma,
+            alpha=train_cfg.dflash.dpace_alpha,
             chunk=train_cfg.chunk_len,
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -13,6 +13,7 @@ from torch import nn
 from eyas.drafter.eagle3 import export as layouts
 from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
+from eyas.drafter.eagle3.options import Eagle3Options
 from eyas.drafter.eagle3.train import step_mask, ttt_loss, ttt_loss_fast
 from eyas.drafter.fast_path import fast_path_on, sharded
 from eyas.drafter.loss import StepStats, Teacher
@@ -35,7 +36,7 @@ from eyas.hf_models import TargetModel
 class Eagle3TrainSettings(MethodTrainSettings, Protocol):
     """What EAGLE-3's hooks read: the shared settings and its own options (`options.py`)."""
 
-    draft_head: Literal["trained", "frozen"]
+    eagle3: Eagle3Options
 
 
 class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
@@ -124,7 +125,7 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
             fc_norm=self.v31,
             norm_output=self.v31,
             attention=attention,
-            draft_head=getattr(train_cfg, "draft_head", "trained"),
+            draft_head=train_cfg.eagle3.draft_head,
             **(asdict(mla) if mla is not None else {}),
             extra={"shape": why},
         )

@@ -19,6 +19,7 @@ from eyas.drafter.method import DraftMethod, LayoutWriter, Prepared
 from eyas.drafter.peagle import export as layouts
 from eyas.drafter.peagle.decode import PEagleProposer
 from eyas.drafter.peagle.model import PEagleConfig, PEagleDrafter
+from eyas.drafter.peagle.options import PEagleOptions
 from eyas.drafter.peagle.train import depth_counts, parallel_loss, sample_depths
 from eyas.errors import EyasError, RefusedError
 from eyas.hf_models import TargetModel
@@ -40,11 +41,7 @@ MLA_REFUSAL = (
 class PEagleTrainSettings(Eagle3TrainSettings, Protocol):
     """What P-EAGLE's hooks read: EAGLE-3's (its layer) and its own options (`options.py`)."""
 
-    peagle_depths: int
-    peagle_down_sample_ratio: float
-    peagle_down_sample_ratio_min: float
-    peagle_max_anchors: int | None
-    peagle_mask_token_id: int | None
+    peagle: PEagleOptions
 
 
 class PEagleMethod(DraftMethod[PEagleTrainSettings]):
@@ -71,8 +68,7 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
     def mask_token_id(self, target: TargetModel, train_cfg: PEagleTrainSettings, seqs: list) -> int:
         """DFlash's rule (`DFlashMethod.mask_token_id`): the mask token's embedding row is the
         target's, frozen, and must not be zero."""
-        chosen = SimpleNamespace(mask_token_id=train_cfg.peagle_mask_token_id)
-        return DFlashMethod().mask_token_id(target, chosen, seqs)
+        return DFlashMethod().pick_mask_token(target, train_cfg.peagle.mask_token_id, seqs)
 
     def build_config(
         self,
@@ -100,7 +96,7 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
         return PEagleConfig(
             **fields,
             mask_token_id=int(vocab["mask_token_id"]),
-            depths=train_cfg.peagle_depths,
+            depths=train_cfg.peagle.depths,
         )
 
     def config_from_dict(self, raw: dict) -> PEagleConfig:
@@ -112,7 +108,7 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
 
     def init_from_target(self, model, *, embedding, head, vocab) -> None:
         """EAGLE-3's: the target's embedding (frozen), the draft vocabulary, and the head from
-        the target's rows of the draft ids (trained from there, or kept: `--draft-head`)."""
+        the target's rows of the draft ids (trained from there, or kept: `--eagle3.draft-head`)."""
         self._eagle3.init_from_target(model, embedding=embedding, head=head, vocab=vocab)
 
     # -- training --------------------------------------------------------------------------
@@ -127,9 +123,9 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
         sampled = sample_depths(
             supervised,
             depths,
-            train_cfg.peagle_down_sample_ratio,
-            train_cfg.peagle_down_sample_ratio_min,
-            train_cfg.peagle_max_anchors,
+            train_cfg.peagle.down_sample_ratio,
+            train_cfg.peagle.down_sample_ratio_min,
+            train_cfg.peagle.max_anchors,
             seeds,
         )
         counts = depth_counts(supervised, sampled)
@@ -217,13 +213,10 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
 
 
 def _fields(train_cfg: PEagleTrainSettings) -> dict:
-    """The training options EAGLE-3's `build_config` reads (`draft_head`: EAGLE-3's option,
-    the same head here)."""
+    """The training options EAGLE-3's `build_config` reads (`eagle3`: EAGLE-3's options, the
+    same head here)."""
     keys = ("num_attention_heads", "head_dim", "intermediate_size")
-    return {
-        **{k: getattr(train_cfg, k, None) for k in keys},
-        "draft_head": getattr(train_cfg, "draft_head", "trained"),
-    }
+    return {**{k: getattr(train_cfg, k, None) for k in keys}, "eagle3": train_cfg.eagle3}
 
 
 def _speculators_layout(model, *, target, target_name, speculative_tokens, engine_version):
