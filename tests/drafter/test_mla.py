@@ -20,8 +20,10 @@ from test_real_kimi_layout import KIMI_K25_CONFIG
 
 
 def _cfg(**kw):
+    from eyas.drafter.eagle3.options import Eagle3Options
+
     base = dict(num_attention_heads=None, head_dim=None, intermediate_size=None, attention=None)
-    return types.SimpleNamespace(**{**base, **kw})
+    return types.SimpleNamespace(**{**base, "eagle3": Eagle3Options(), **kw})
 
 
 def _drafter(target, method="eagle3", seed=0, **kw):
