@@ -1457,22 +1457,36 @@ def r_train_flops(d: dict) -> Section:
     return s
 
 
+def _gpu_measured(d: dict) -> dict[tuple[str, int], dict]:
+    """train_gpu.json's cases with a figure, by (name, tokens)."""
+    return {(c["name"], c["tokens"]): c for c in d.get("cases", []) if c.get("tokens_per_s")}
+
+
+def _gpu_pairs(done: dict[tuple[str, int], dict]) -> list[tuple[int, dict, dict]]:
+    """(tokens, eyas, speculators) wherever both ran at equal trainable parameters (heads
+    frozen)."""
+    pairs = []
+    for tokens in sorted({t for _, t in done}):
+        ours, peer = done.get(("eyas llama frozen", tokens)), done.get(("speculators", tokens))
+        if ours and peer:
+            pairs.append((tokens, ours, peer))
+    return pairs
+
+
 def _gpu_goals(d: dict) -> list[str]:
     """Issue 36's three goals, read from the measured cases: eyas against speculators at equal
     trainable parameters (tokens/s and peak), and the share of the bf16 peak at 16k tokens."""
     if d.get("tiny"):
         return []
-    done = {(c["name"], c["tokens"]): c for c in d.get("cases", []) if c.get("tokens_per_s")}
+    done = _gpu_measured(d)
     lines = []
-    for tokens in sorted({t for _, t in done}):
-        ours, peer = done.get(("eyas llama frozen", tokens)), done.get(("speculators", tokens))
-        if ours and peer:
-            lines.append(
-                f"- {tokens:,} tokens, equal trainable parameters (heads frozen): eyas "
-                f"{ours['tokens_per_s']:,.0f} tokens/s, speculators {peer['tokens_per_s']:,.0f}: "
-                f"**{ours['tokens_per_s'] / peer['tokens_per_s']:.2f}×** (goal ≥ 1.2×); peak "
-                f"{ours['peak_gb']} GB against {peer['peak_gb']} GB (goal: not above)."
-            )
+    for tokens, ours, peer in _gpu_pairs(done):
+        lines.append(
+            f"- {tokens:,} tokens, equal trainable parameters (heads frozen): eyas "
+            f"{ours['tokens_per_s']:,.0f} tokens/s, speculators {peer['tokens_per_s']:,.0f}: "
+            f"**{ours['tokens_per_s'] / peer['tokens_per_s']:.2f}×** (goal ≥ 1.2×); peak "
+            f"{ours['peak_gb']} GB against {peer['peak_gb']} GB (goal: not above)."
+        )
     peak, ceiling = d.get("peak_bf16_tflops"), d.get("matmul_bf16_tflops_measured")
     for (name, tokens), c in done.items():
         if (
@@ -1775,20 +1789,17 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
             ]
         )
     if (t := _load(results, "train_gpu")) and not t.get("tiny"):
-        done = {(c["name"], c["tokens"]): c for c in t["cases"] if c.get("tokens_per_s")}
-        for tokens in sorted({n for _, n in done}):
-            ours, peer = done.get(("eyas llama frozen", tokens)), done.get(("speculators", tokens))
-            if ours and peer:
-                rows.append(
-                    [
-                        f"drafter training on one {t['device']} at Kimi width, {tokens:,} "
-                        "tokens, equal trainable parameters, tokens/s",
-                        num(ours["tokens_per_s"]),
-                        f"speculators {num(peer['tokens_per_s'])}",
-                        ratio(ours["tokens_per_s"], peer["tokens_per_s"]),
-                        "train_gpu.json",
-                    ]
-                )
+        for tokens, ours, peer in _gpu_pairs(_gpu_measured(t)):
+            rows.append(
+                [
+                    f"drafter training on one {t['device']} at Kimi width, {tokens:,} "
+                    "tokens, equal trainable parameters, tokens/s",
+                    num(ours["tokens_per_s"]),
+                    f"speculators {num(peer['tokens_per_s'])}",
+                    ratio(ours["tokens_per_s"], peer["tokens_per_s"]),
+                    "train_gpu.json",
+                ]
+            )
     if m := _load(results, "train_memory"):
         by = {r["tokens"]: r for r in m["rows"]}
         if 8192 in by and isinstance(by[8192].get("speculators"), dict):
