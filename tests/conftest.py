@@ -12,8 +12,10 @@ Tokenizers and the toy target are built locally at test time; nothing is downloa
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,24 @@ from eyas.sources import convert_rows
 from eyas.toy.datasets import FAMILIES, family_rows
 from eyas.toy.samples import reference_sample
 from eyas.toy.tokenizer import save_tokenizer, template_text, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory) -> Iterator[Callable[[str], Path]]:
+    """`tmp_path_factory.mktemp` for module-scoped fixtures, removed when the module's tests end.
+
+    A module's exports (the engine matrix, the Kimi-width parity cases) run to gigabytes; kept
+    to the session's end they add up past what a CI disk shared with other jobs has free (a CI
+    run died of ENOSPC that way). Removed per module, the suite needs one module's worth."""
+    made: list[Path] = []
+
+    def mktemp(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield mktemp
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _corpus() -> list[str]:

@@ -9,9 +9,9 @@ from eyas.toy.datasets import FAMILIES, family_rows
 
 
 @pytest.fixture(scope="module")
-def rendered_prompts(tmp_path_factory, kimi_dir):
+def rendered_prompts(module_tmp, kimi_dir):
     """~20 rendered chat prompts of one toy family, as a prepare stage dir."""
-    root = tmp_path_factory.mktemp("rendered")
+    root = module_tmp("rendered")
     fam = next(f for f in FAMILIES if f.name == "b5_ultrachat")
     src = root / "src.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in family_rows(fam, 20, seed=5)))

@@ -23,10 +23,10 @@ UTILS = "sglang/srt/speculative/dflash_utils.py"
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(module_tmp):
     from drafter.test_dflash2 import tiny
 
-    tmp = tmp_path_factory.mktemp("dflash2-sglang")
+    tmp = module_tmp("dflash2-sglang")
     model = tiny(7, block=4)
     with torch.no_grad():  # away from the identity, so the convolutions matter
         for layer in model.layers:

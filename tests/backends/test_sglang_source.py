@@ -344,8 +344,8 @@ def _mla_export(tmp, kimi_toy, method: str = "eagle3", engine_version: str | Non
 
 
 @pytest.fixture(scope="module")
-def sglang_mla_export(tmp_path_factory, kimi_toy):
-    return _mla_export(tmp_path_factory.mktemp("sglang_mla"), kimi_toy)
+def sglang_mla_export(module_tmp, kimi_toy):
+    return _mla_export(module_tmp("sglang_mla"), kimi_toy)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

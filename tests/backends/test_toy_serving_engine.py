@@ -38,9 +38,9 @@ def toy(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory, toy_tiny):
+def prepared(module_tmp, toy_tiny):
     """A few rendered chat prompts for the toy target, as a prepare stage dir."""
-    root = tmp_path_factory.mktemp("toy-engine")
+    root = module_tmp("toy-engine")
     fam = next(f for f in FAMILIES if f.name == "b5_ultrachat")
     src = root / "src.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in family_rows(fam, 8, seed=3)))

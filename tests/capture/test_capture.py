@@ -30,8 +30,8 @@ def losses(out):
 
 
 @pytest.fixture(scope="module")
-def fp32_capture(tmp_path_factory, toy_tiny, toy_samples):
-    out = tmp_path_factory.mktemp("cap") / "fp32"
+def fp32_capture(module_tmp, toy_tiny, toy_samples):
+    out = module_tmp("cap") / "fp32"
     run_capture(
         CaptureConfig(target=toy_tiny, data=toy_samples, out=out, dtype="float32"), log=print
     )

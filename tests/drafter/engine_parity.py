@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,7 +125,9 @@ def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) 
 
 def export(model, shape: Shape, fmt: str, tmp: Path) -> Path:
     save_drafter(model, tmp / "drafter", {"target_dir": str(shape.target)})
-    return export_drafter(tmp / "drafter", fmt, tmp / f"export-{fmt}", shape.target)
+    out = export_drafter(tmp / "drafter", fmt, tmp / f"export-{fmt}", shape.target)
+    shutil.rmtree(tmp / "drafter")  # the export is what the engines load; keep the disk free
+    return out
 
 
 # -- eyas's side: the training forward -------------------------------------------------------

@@ -151,9 +151,9 @@ def targets(toy_tiny, kimi_toy, smollm2) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory, targets) -> dict[str, Written]:
+def written(module_tmp, targets) -> dict[str, Written]:
     """Every cell built the trainer's way and exported for every engine."""
-    root = tmp_path_factory.mktemp("matrix")
+    root = module_tmp("matrix")
     out = {}
     for cell in CELLS:
         w = out[cell.id] = Written(cell)
@@ -186,6 +186,7 @@ def written(tmp_path_factory, targets) -> dict[str, Written]:
                 )
             except EyasError as exc:
                 w.exports[engine] = exc.reason
+        shutil.rmtree(tmp / "drafter")  # exported; the matrix's checkpoints alone are gigabytes
     return out
 
 
@@ -220,10 +221,10 @@ def _planted(written: dict[str, Written], root: Path) -> dict[str, tuple[Written
 
 
 @pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory, written, vllm_python):
+def vllm_run(module_tmp, written, vllm_python):
     """One vLLM process for every vLLM export of the matrix and the planted defects:
     {name: (written, export dir, inputs, what vLLM made of it, its tensors)}."""
-    root = tmp_path_factory.mktemp("vllm-matrix")
+    root = module_tmp("vllm-matrix")
     runs = {
         cid: (w, w.exports["vllm"])
         for cid, w in written.items()
@@ -238,6 +239,7 @@ def vllm_run(tmp_path_factory, written, vllm_python):
             _spec(Built(w.model, folder, w.shape, w.cell.method, "vllm"), inputs[name], probe)
         )
     version, results = run_vllm_batch(vllm_python, specs, root)
+    shutil.rmtree(root / "probe")  # the results are in memory; the probes' tensors are not needed
     return version, {
         name: (*runs[name], inputs[name], *result) for name, result in zip(runs, results)
     }

@@ -21,10 +21,10 @@ from eyas.export.validate import check_export
 
 
 @pytest.fixture(scope="module")
-def whole_vocab_export(tmp_path_factory, toy_tiny):
+def whole_vocab_export(module_tmp, toy_tiny):
     """The toy's EAGLE-3 drafter with the default draft vocabulary (the toy's whole 1024),
     exported for vLLM."""
-    tmp = tmp_path_factory.mktemp("check")
+    tmp = module_tmp("check")
     shape = Shape("toy_tiny", toy_tiny)
     model = build_drafter(shape, "eagle3", tmp)
     assert model.config.draft_vocab_size == model.config.vocab_size

@@ -41,10 +41,10 @@ METHODS = ["eagle3", "eagle3.1", "dflash", "dflash2", "peagle"]
 
 
 @pytest.fixture(scope="module")
-def kimi_real(tmp_path_factory, kimi_toy):
+def kimi_real(module_tmp, kimi_toy):
     """The real Kimi-K2.5 config.json at reduced width (see the module docstring); the toy's
     image-processor config beside it, which vLLM's wrapper reads even text-only."""
-    folder = tmp_path_factory.mktemp("kimi-real")
+    folder = module_tmp("kimi-real")
     config = json.loads(json.dumps(KIMI_K25_CONFIG))
     config["text_config"].update(
         hidden_size=256, num_attention_heads=2, num_key_value_heads=2, intermediate_size=512
@@ -104,10 +104,10 @@ KIMI_REAL = [("kimi_real", m) for m in METHODS] + [
 
 
 @pytest.fixture(scope="module")
-def kimi_real_runs(shapes, tmp_path_factory, vllm_python):
+def kimi_real_runs(shapes, module_tmp, vllm_python):
     """Every KIMI_REAL case in one vLLM process: {(shape, method): (model, inputs, meta,
     tensors)}."""
-    root = tmp_path_factory.mktemp("kimi-real-runs")
+    root = module_tmp("kimi-real-runs")
     built, specs = {}, []
     for name, method in KIMI_REAL:
         tmp = root / f"{name}-{method}"
@@ -117,6 +117,8 @@ def kimi_real_runs(shapes, tmp_path_factory, vllm_python):
         built[name, method] = (model, inputs)
         specs.append(vllm_specs(b, inputs, tmp / "probe"))
     _, results = run_vllm_batch(vllm_python, specs, root)
+    for name, method in KIMI_REAL:  # the results are in memory; each case's files run to 500 MB
+        shutil.rmtree(root / f"{name}-{method}")
     return {key: (*built[key], *result) for key, result in zip(built, results)}
 
 
@@ -166,9 +168,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def runs(shapes, tmp_path_factory, vllm_python):
+def runs(shapes, module_tmp, vllm_python):
     """{case: (model, inputs, what vLLM made of the export, its tensors)}."""
-    root = tmp_path_factory.mktemp("parity-cases")
+    root = module_tmp("parity-cases")
     built, specs = {}, []
     for name, (shape_name, method, fmt, train, probe) in CASES.items():
         shape, tmp = shapes[shape_name], root / name

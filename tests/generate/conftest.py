@@ -9,9 +9,9 @@ from eyas.toy.datasets import FAMILIES, family_rows
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory, kimi_dir):
+def rendered(module_tmp, kimi_dir):
     """~120 rendered prompts from three toy families (tools, chat, multi-turn)."""
-    root = tmp_path_factory.mktemp("rendered")
+    root = module_tmp("rendered")
     renderer = Renderer(kimi_dir)
     for name in ("b1_glaive", "b4_sharegpt", "b5_ultrachat"):
         fam = next(f for f in FAMILIES if f.name == name)

@@ -43,9 +43,9 @@ def cli(args: list[str]):
 
 
 @pytest.fixture(scope="module")
-def prep(tmp_path_factory, toy_tiny):
+def prep(module_tmp, toy_tiny):
     """About 40 prompts rendered for the toy target (the fake server answers in its vocab)."""
-    root = tmp_path_factory.mktemp("prep")
+    root = module_tmp("prep")
     renderer = Renderer(toy_tiny)
     for name in ("b4_sharegpt", "b5_ultrachat"):
         fam = next(f for f in FAMILIES if f.name == name)

@@ -41,8 +41,8 @@ def _in_flight(url: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def prompts(tmp_path_factory, toy_tiny):
-    root = tmp_path_factory.mktemp("kill")
+def prompts(module_tmp, toy_tiny):
+    root = module_tmp("kill")
     renderer = Renderer(toy_tiny)
     for name in ("b4_sharegpt", "b6_math"):
         fam = next(f for f in FAMILIES if f.name == name)

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def vllm_url(vllm_python, toy_tiny, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm-log") / "server.log"
+def vllm_url(vllm_python, toy_tiny, module_tmp):
+    log = module_tmp("vllm-log") / "server.log"
     options = VLLMOptions(python=vllm_python, max_model_len=2048, args=["--enable-scale-out"])
     target = target_model(toy_tiny)
     with VLLMServer(options, target, dtype="float32", log_path=log, served_name="toy-tiny") as s:
@@ -35,8 +35,8 @@ def vllm_url(vllm_python, toy_tiny, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def prompts(tmp_path_factory, toy_tiny):
-    root = tmp_path_factory.mktemp("vllm")
+def prompts(module_tmp, toy_tiny):
+    root = module_tmp("vllm")
     renderer = Renderer(toy_tiny)
     for name in ("b1_glaive", "b6_math"):
         fam = next(f for f in FAMILIES if f.name == name)

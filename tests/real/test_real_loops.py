@@ -44,8 +44,8 @@ SHORT = (
 
 
 @pytest.fixture(scope="module")
-def regenerated(smollm2, tmp_path_factory):
-    root = tmp_path_factory.mktemp("loops")
+def regenerated(smollm2, module_tmp):
+    root = module_tmp("loops")
     src = root / "chat.src.jsonl"
     prompts = [*LOOPING, LONG, *SHORT]
     src.write_text(

@@ -56,8 +56,8 @@ def test_audit_passes_clean_regenerations(smollm2, vllm_generated, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def captured(vllm_python, smollm2, vllm_generated, tmp_path_factory):
-    out = tmp_path_factory.mktemp("capture") / "cap"
+def captured(vllm_python, smollm2, vllm_generated, module_tmp):
+    out = module_tmp("capture") / "cap"
     res = invoke(
         "capture", "--target", smollm2, "--data", vllm_generated, "--out", out,
         "--backend", "vllm", "--vllm-python", vllm_python, "--dtype", "float32",
@@ -82,8 +82,8 @@ def test_vllm_capture_equals_transformers_states(smollm2, captured, vllm_generat
 
 
 @pytest.fixture(scope="module")
-def drafter(smollm2, captured, tmp_path_factory):
-    out = tmp_path_factory.mktemp("drafter") / "d"
+def drafter(smollm2, captured, module_tmp):
+    out = module_tmp("drafter") / "d"
     res = invoke("train", "--target", smollm2, "--hidden-states", captured, "--out", out, *TRAIN)
     assert res.exit_code == 0, res.output
     return out
@@ -111,8 +111,8 @@ def test_train_from_captures_and_online(smollm2, drafter, vllm_generated, tmp_pa
 
 
 @pytest.fixture(scope="module")
-def exported(drafter, tmp_path_factory):
-    root = tmp_path_factory.mktemp("export")
+def exported(drafter, module_tmp):
+    root = module_tmp("export")
     for fmt in ("sglang", "vllm"):
         res = invoke(
             "export", "drafter", "--checkpoint", drafter, "--format", fmt, "--out", root / fmt

@@ -217,10 +217,10 @@ def test_a_missing_text_weight_is_an_error_not_a_random_init(tmp_path, kimi_toy,
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, kimi_toy):
+def run(module_tmp, kimi_toy):
     """prepare (convert + render) and generate (in process) the eight toy datasets on the
     Kimi-shaped toy, through the CLI; audited."""
-    root = tmp_path_factory.mktemp("kimi-run")
+    root = module_tmp("kimi-run")
     sources = write_datasets(root / "sources", 6, seed=11)
     lines = [f'[run]\nname = "k"\ndir = "{root}"\n', f'[model]\ndir = "{kimi_toy}"\n']
     for fam in FAMILIES:

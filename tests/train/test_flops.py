@@ -18,8 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention.*")
 
 
 @pytest.fixture(scope="module")
-def tiny_targets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("targets")
+def tiny_targets(module_tmp):
+    root = module_tmp("targets")
     return {kind: write_target(root / kind, kind, tiny=True) for kind in ("kimi", "llama")}
 
 
