@@ -60,6 +60,12 @@ CASES = [
     ("speculators", "spec", "llama", "mha", 16 * K, "frozen", None),
     ("eyas kimi mha", "eyas", "kimi", "mha", 16 * K, "trained", "on"),
     ("eyas kimi mla", "eyas", "kimi", "mla", 16 * K, "trained", "on"),
+    # the loss's per-chunk arithmetic compiled (--fast-path compiled): the ~30% of unfused
+    # elementwise time in the profile; the default becomes whichever is faster here
+    ("eyas llama frozen compiled", "eyas", "llama", "mha", 4 * K, "frozen", "compiled"),
+    ("eyas llama frozen compiled", "eyas", "llama", "mha", 16 * K, "frozen", "compiled"),
+    ("eyas kimi mha compiled", "eyas", "kimi", "mha", 16 * K, "trained", "compiled"),
+    ("eyas kimi mla compiled", "eyas", "kimi", "mla", 16 * K, "trained", "compiled"),
     ("eyas llama", "eyas", "llama", "mha", 4 * K, "trained", "on"),
     ("speculators head trained", "spec", "llama", "mha", 4 * K, "trained", None),
     ("eyas llama frozen", "eyas", "llama", "mha", 32 * K, "frozen", "on"),
@@ -78,6 +84,7 @@ TINY_CASES = [
     ("eyas llama frozen", "eyas", "llama", "mha", 128, "frozen", "on"),
     ("speculators", "spec", "llama", "mha", 128, "frozen", None),
     ("eyas kimi mla", "eyas", "kimi", "mla", 128, "trained", "on"),
+    ("eyas kimi mla compiled", "eyas", "kimi", "mla", 128, "trained", "compiled"),
     ("eyas kimi mha reference path", "eyas", "kimi", "mha", 128, "trained", "off"),
 ]
 
@@ -97,7 +104,7 @@ def _load_vocab(path: Path) -> dict:
 
 
 def eyas_case(spec: dict) -> dict:
-    from eyas.drafter.fast_path import fast_path_on
+    from eyas.drafter.fast_path import fast_path_on, loss_compiled
     from eyas.drafter.loss import Teacher, resolved
     from eyas.testing.wide import eagle3_drafter, random_batch
     from eyas.train.budget import trainer_budget
@@ -164,6 +171,7 @@ def eyas_case(spec: dict) -> dict:
         "trainable_parameters": sum(p.numel() for p in params),
         "activation_checkpointing": ac,
         "fast_path": fast,
+        "loss_compiled": loss_compiled(tcfg),
         "step_seconds": [round(x, 4) for x in times],
         "step_s": round(step_s, 4),
         "tokens_per_s": round(tokens / step_s, 1),
@@ -218,7 +226,11 @@ def check_paths(spec: dict) -> dict:
         embed = (torch.randn(v, h, generator=g) * 0.02).to(dev)
         head = (torch.randn(v, h, generator=g) * 0.5).to(dev, torch.bfloat16)
         results = {}
-        for label, fast, bf16 in (("fp32", "off", False), ("off", "off", True), ("on", "on", True)):
+        modes = (
+            ("fp32", "off", False), ("off", "off", True), ("on", "on", True),
+            ("compiled", "compiled", True),
+        )  # fmt: skip
+        for label, fast, bf16 in modes:
             torch.manual_seed(0)
             with torch.device(dev):
                 d = eagle3_drafter(
@@ -265,6 +277,22 @@ def check_paths(spec: dict) -> dict:
         # further from fp32 than the bf16 reference path is
         close = (row["loss_rel_err"] <= 1e-3 and fast_ref <= 3e-2) or fast_32 <= 1.25 * ref_32
         row["agree"] = bool(close and row["same_parameters"])
+        # --fast-path compiled by the same rule (its loss arithmetic through torch.compile)
+        l_comp, g_comp = results["compiled"]
+        comp_ref, _ = worst(g_comp, g_ref)
+        comp_32, comp_32_at = worst(g_comp, g32)
+        row.update(
+            loss_compiled=round(l_comp, 6),
+            compiled_vs_fp32=comp_32,
+            compiled_vs_fp32_at=comp_32_at,
+            compiled_agree=bool(
+                sorted(g_comp) == sorted(g_ref)
+                and (
+                    (abs(l_comp - l_ref) / abs(l_ref) <= 1e-3 and comp_ref <= 3e-2)
+                    or comp_32 <= 1.25 * ref_32
+                )
+            ),
+        )
         out[name] = row
     return out
 

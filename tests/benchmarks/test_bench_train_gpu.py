@@ -29,13 +29,14 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
         assert drafter["agree"], drafter
         # both bf16 paths against the fp32 reference: the fast one no further from it
         assert drafter["fast_vs_fp32"] <= 1.25 * drafter["reference_vs_fp32"], drafter
+        assert drafter["compiled_agree"], drafter  # --fast-path compiled, by the same rule
     # one profiled step per eyas case at --profile-tokens, an operator table each
     tables = sorted(p.name for p in (tmp_path / "prof").iterdir())
-    assert len(tables) == 3 and all(
+    assert len(tables) == 4 and all(
         "aten::mm" in (tmp_path / "prof" / t).read_text() for t in tables
     )
     cases = {(c["name"], c["tokens"]): c for c in data["cases"]}
-    assert len(cases) == 4
+    assert len(cases) == 5
     for case in cases.values():
         assert "error" not in case and case["tokens_per_s"] > 0, case
         assert case["losses_fall"], case
@@ -43,6 +44,13 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
     assert eyas["trainable_parameters"] == cases[("speculators", 128)]["trainable_parameters"]
     assert eyas["fast_path"] and not cases[("eyas kimi mha reference path", 128)]["fast_path"]
     assert eyas["budget"]["gflop_per_token"] > 0
+    compiled = cases[("eyas kimi mla compiled", 128)]
+    assert compiled["loss_compiled"] and not cases[("eyas kimi mla", 128)]["loss_compiled"]
+    assert (
+        compiled["fast_path"]
+        and compiled["trainable_parameters"]
+        == (cases[("eyas kimi mla", 128)]["trainable_parameters"])
+    )
     # --fill keeps an earlier run's measured cases and runs only the rest: here, none
     again = tmp_path / "again.json"
     subprocess.run(

@@ -27,7 +27,7 @@ from eyas.drafter.eagle3.model import (
     ttt_attention,
     ttt_attention_fast,
 )
-from eyas.drafter.fast_path import fast_path_on
+from eyas.drafter.fast_path import fast_path_on, loss_compiled
 from eyas.drafter.loss import Teacher, resolved
 from eyas.drafter.registry import get_method
 
@@ -155,11 +155,11 @@ def _batch(b: int = 2, t: int = 100):
     return ids, supervised, aux, Teacher(final, head)
 
 
-def _step(model, method_name, fast, ac="off", autocast=False, ttt=4):
+def _step(model, method_name, fast, ac="off", autocast=False, ttt=4, mode=None):
     method = get_method(method_name)
     cfg = types.SimpleNamespace(
         ttt=ttt,
-        fast_path="on" if fast else "off",
+        fast_path=mode or ("on" if fast else "off"),
         activation_checkpointing=ac,
         loss_decay=0.8,
         chunk_len=32,  # several chunks per row
@@ -225,6 +225,30 @@ def test_a_full_vocabulary_head_takes_the_same_fast_path():
     _agree(_step(model, "eagle3", False), _step(model, "eagle3", True), 1e-5, 1e-4, True)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("autocast", [False, True])
+def test_the_compiled_loss_is_the_fast_loss(autocast):
+    """`--fast-path compiled`: the loss's per-chunk arithmetic through torch.compile (inductor,
+    here its CPU backend) computes the fast path's figures and gradients. The chunks of 32
+    leave a shorter last chunk per row: the dynamic-shape recompile is covered."""
+    from torch._dynamo.utils import counters
+
+    from eyas.drafter import fused_loss
+
+    model = _drafter("mha", False, "trained")
+    fast = _step(model, "eagle3", fast=True, autocast=autocast)
+    torch._dynamo.reset()
+    fused_loss._compiled_stats = None
+    counters.clear()
+    compiled = _step(model, "eagle3", fast=True, autocast=autocast, mode="compiled")
+    assert counters["frames"]["ok"] >= 1  # dynamo compiled chunk_stats: no eager fallback
+    assert not counters["frames"].get("total", 0) - counters["frames"]["ok"]
+    if autocast:  # bf16 products: the compiled kernel's fp32 sums run in another order
+        _agree(fast, compiled, 1e-3, 1e-2, exact_counts=False)
+    else:
+        _agree(fast, compiled, 1e-5, 1e-4, exact_counts=True)
+
+
 def test_dflash_loss_is_the_same_on_the_fast_path():
     from eyas.drafter.dflash.train import block_loss
 
@@ -235,17 +259,17 @@ def test_dflash_loss_is_the_same_on_the_fast_path():
     valid = torch.ones(b, a, dtype=torch.bool)
     valid[1, -1] = False
     results = []
-    for fast in (False, True):
+    for fast, compiled in ((False, False), (True, False), (True, True)):
         states = torch.randn(b, a, bs, H, generator=torch.Generator().manual_seed(4))
         states.requires_grad_(True)
         for weighting in ("decay", "dpace"):
             loss, stats = block_loss(
                 states, teacher, supervised, anchors, valid, 20.0, weighting=weighting,
-                chunk=16, fast=fast,
+                chunk=16, fast=fast, compiled=compiled,
             )  # fmt: skip
             (grad,) = torch.autograd.grad(loss, states)
             results.append((float(loss.detach()), resolved(stats), grad))
-    for ref, got in zip(results[:2], results[2:]):
+    for ref, got in zip(results[:2] * 2, results[2:]):  # fast, then compiled, vs the reference
         assert got[0] == pytest.approx(ref[0], rel=1e-5)
         assert float((got[2] - ref[2]).norm() / ref[2].norm()) < 1e-4
         for s, f in zip(ref[1], got[1], strict=True):
@@ -285,6 +309,9 @@ def test_auto_is_the_fast_path_on_cuda_only():
     assert not fast_path_on(cfg, "cpu")
     assert fast_path_on(types.SimpleNamespace(fast_path="on"), "cpu")
     assert not fast_path_on(types.SimpleNamespace(fast_path="off"), "cuda")
+    compiled = types.SimpleNamespace(fast_path="compiled")
+    assert fast_path_on(compiled, "cpu") and loss_compiled(compiled)
+    assert not any(loss_compiled(types.SimpleNamespace(fast_path=m)) for m in ("auto", "on"))
 
 
 def test_training_on_the_fast_path_follows_the_reference_curve(tmp_path, toy_tiny, toy_samples):

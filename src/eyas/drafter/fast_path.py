@@ -1,4 +1,5 @@
-"""Which training step runs: the fast path or the reference one (`--fast-path auto|on|off`).
+"""Which training step runs: the fast path or the reference one
+(`--fast-path auto|on|compiled|off`).
 
 The reference path is SDPA attention with the diagonal merged through a sink column
 (`eagle3.model.ttt_attention`) and a checkpointed, chunked loss that recomputes the teacher in
@@ -6,7 +7,10 @@ backward (`loss.soft_ce`): plain PyTorch, the CPU's path and the definition. The
 computes the same function with FlexAttention (`eagle3.model.ttt_attention_fast`,
 `eyas.drafter.flex`), the teacher once per micro-batch and the loss's gradient in forward
 (`eyas.drafter.fused_loss`), statistics left on the device; `tests/drafter/test_fast_path.py`
-holds the two equal on CPU. `auto` runs it on CUDA, where it is compiled.
+holds the two equal on CPU. `auto` runs it on CUDA, where its attention is compiled.
+`compiled` is the fast path with the loss's per-chunk arithmetic compiled too
+(`fused_loss.chunk_stats` through `torch.compile`): the same figures, fewer kernels; not the
+default until a GPU run shows it faster (`bench/bench_train_gpu.py`'s `eyas-compiled` case).
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from eyas.drafter.settings import MethodTrainSettings
 
 def fast_path_on(train_cfg: MethodTrainSettings, device: torch.device | str) -> bool:
     mode = getattr(train_cfg, "fast_path", "auto")
-    return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
+    return mode in ("on", "compiled") or (mode == "auto" and torch.device(device).type == "cuda")
+
+
+def loss_compiled(train_cfg: MethodTrainSettings) -> bool:
+    """The fast path's loss arithmetic runs compiled (`--fast-path compiled`)."""
+    return getattr(train_cfg, "fast_path", "auto") == "compiled"
 
 
 def sharded(tensor: torch.Tensor) -> bool:

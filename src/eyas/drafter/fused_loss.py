@@ -20,7 +20,17 @@ Two forms:
 
 The teacher of each chunk comes from a `TeacherChunks` source: a table computed once per
 micro-batch (`teacher_table`: EAGLE-3's steps share the same target positions, shifted) or the
-target's head applied chunk by chunk (DFlash's per-slot positions, each used once).
+target's head applied chunk by chunk (DFlash's per-slot positions, each used once). A source
+gives the teacher's logits and their log-sum-exp, not its probabilities: the chunk's arithmetic
+(`chunk_stats`) forms them, so that compiled it reads the teacher's logits once.
+
+`compiled=True` (`--fast-path compiled`) runs `chunk_stats` through `torch.compile`: its dozen
+elementwise passes over the [C, Dv] chunk (the cast, the softmax statistics, the teacher's
+probabilities, CE, q - p, the weights, the cast back) become a few fused kernels. On an H200
+about 30% of the fast path's step was such unfused elementwise work
+(`bench/results/train_gpu_profile.txt`); whether the compiled form is faster there is for
+`bench/bench_train_gpu.py` to measure, so it is not the default. The two forms compute the same
+figures (`tests/drafter/test_fused_loss.py`).
 
 Nothing here reads a device value on the host: the statistics stay tensors.
 """
@@ -34,8 +44,8 @@ import torch
 
 from eyas.drafter.loss import chunk_len
 
-# (row, start, end) -> (teacher probabilities [C, Dv] fp32, teacher argmax [C] long)
-TeacherChunks = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor]]
+# (row, start, end) -> (teacher logits [C, Dv], their log-sum-exp [C] fp32, argmax [C] long)
+TeacherChunks = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def compute_dtype(device: torch.device, *dtypes: torch.dtype) -> torch.dtype:
@@ -63,8 +73,7 @@ class TeacherTable:
 
         def chunk(r: int, s: int, e: int):
             rows = slice(by + s, by + e)
-            p = torch.exp(self.logits[r, rows].float() - self.lse[r, rows, None])
-            return p, self.top[r, rows]
+            return self.logits[r, rows], self.lse[r, rows], self.top[r, rows]
 
         return chunk
 
@@ -101,18 +110,52 @@ def head_chunks(hidden: torch.Tensor, head: torch.Tensor) -> TeacherChunks:
     def chunk(r: int, s: int, e: int):
         dtype = compute_dtype(hidden.device, hidden.dtype, head.dtype)
         z = (hidden[r, s:e].to(dtype) @ head.to(dtype).t()).float()
-        return torch.softmax(z, -1), z.argmax(-1)
+        return z, torch.logsumexp(z, -1), z.argmax(-1)
 
     return chunk
 
 
-def _chunk(x, weight, teacher_p):
-    """(CE [C], draft argmax [C], q - p [C, Dv] fp32) of one chunk: x [C, H], weight [Dv, H]
-    (both in the compute dtype), teacher_p [C, Dv]."""
-    z = (x @ weight.t()).float()
-    lse = torch.logsumexp(z, -1)
-    ce = lse - (teacher_p * z).sum(-1)  # -Σ p log q, with Σ p = 1
-    return ce, z.argmax(-1), torch.exp(z - lse[:, None]) - teacher_p
+def chunk_stats(
+    z: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    teacher_lse: torch.Tensor,
+    scale: torch.Tensor | None,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(CE [C] fp32, draft argmax [C], scale·(q - p) [C, Dv] in `dtype`) of one chunk from the
+    drafter's logits z [C, Dv] and the teacher's logits and log-sum-exp; `scale` [C] the
+    positions' loss weights (None: 1)."""
+    zf = z.float()
+    lse = torch.logsumexp(zf, -1)
+    p = torch.exp(teacher_logits.float() - teacher_lse[:, None])
+    ce = lse - (p * zf).sum(-1)  # -Σ p log q, with Σ p = 1
+    g = torch.exp(zf - lse[:, None]) - p
+    if scale is not None:
+        g = g * scale[:, None]
+    return ce, zf.argmax(-1), g.to(dtype)
+
+
+_compiled_stats = None
+
+
+def _stats_fn(compiled: bool):
+    global _compiled_stats
+    if not compiled:
+        return chunk_stats
+    if _compiled_stats is None:
+        # the last chunk of a row is shorter: dynamic shapes after the second size, not a
+        # recompile per length
+        _compiled_stats = torch.compile(chunk_stats, dynamic=None)
+    return _compiled_stats
+
+
+def _chunk(x, weight, teacher, scale, dtype, compiled):
+    """`chunk_stats` of x [C, H] against the head weight [Dv, H] (both in the compute dtype)
+    and the teacher's (logits, lse, argmax); returns its three figures and the teacher's
+    argmax."""
+    t_logits, t_lse, top = teacher
+    ce, pred, g = _stats_fn(compiled)(x @ weight.t(), t_logits, t_lse, scale, dtype)
+    return ce, pred, g, top
 
 
 def _setup(x, weight, draft_ids):
@@ -133,7 +176,7 @@ class _WeightedSoftCE(torch.autograd.Function):
     weight-gradient buffer for all of them, each input's gradient its own."""
 
     @staticmethod
-    def forward(ctx, weight, parts, draft_ids, chunk, *xs):
+    def forward(ctx, weight, parts, draft_ids, chunk, compiled, *xs):
         dtype = compute_dtype(weight.device, weight.dtype, *(x.dtype for x in xs))
         w = weight.to(dtype)
         grad_w = (
@@ -152,9 +195,9 @@ class _WeightedSoftCE(torch.autograd.Function):
                 for s in range(0, n, chunk):
                     e = min(n, s + chunk)
                     xc = x[r, s:e].to(dtype)
-                    p, top = teacher(r, s, e)
-                    ce_c, pred, g = _chunk(xc, w, p)
-                    g = (g * weights[r, s:e, None]).to(dtype)
+                    ce_c, pred, g, top = _chunk(
+                        xc, w, teacher(r, s, e), weights[r, s:e], dtype, compiled
+                    )
                     ce[r, s:e] = ce_c
                     correct[r, s:e] = _draft_ids(pred, draft_ids) == top
                     grad_x[r, s:e] = g @ w
@@ -174,22 +217,23 @@ class _WeightedSoftCE(torch.autograd.Function):
         w_dtype, x_dtypes = ctx.dtypes
         gw = None if grad_w is None else (grad_w * grad_loss).to(w_dtype)
         gxs = [(g * grad_loss).to(d) for g, d in zip(grads, x_dtypes)]
-        return gw, None, None, None, *gxs
+        return gw, None, None, None, None, *gxs
 
 
 class _FrozenHeadSoftCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, teacher, draft_ids, chunk):
+    def forward(ctx, x, weight, teacher, draft_ids, chunk, compiled):
         dtype, w, ce, correct, grad_x = _setup(x, weight, draft_ids)
         b, n = x.shape[:2]
         for r in range(b):
             for s in range(0, n, chunk):
                 e = min(n, s + chunk)
-                p, top = teacher(r, s, e)
-                ce_c, pred, g = _chunk(x[r, s:e].to(dtype), w, p)
+                ce_c, pred, g, top = _chunk(
+                    x[r, s:e].to(dtype), w, teacher(r, s, e), None, dtype, compiled
+                )
                 ce[r, s:e] = ce_c
                 correct[r, s:e] = _draft_ids(pred, draft_ids) == top
-                grad_x[r, s:e] = g.to(dtype) @ w  # d CE_j / d x_j, per position
+                grad_x[r, s:e] = g @ w  # d CE_j / d x_j, per position
         ctx.save_for_backward(grad_x)
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(correct)
@@ -198,7 +242,7 @@ class _FrozenHeadSoftCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_ce, _correct):
         (grad_x,) = ctx.saved_tensors
-        return (grad_x * grad_ce[..., None]).to(ctx.x_dtype), None, None, None, None
+        return (grad_x * grad_ce[..., None]).to(ctx.x_dtype), None, None, None, None, None
 
 
 def weighted_soft_ce(
@@ -208,6 +252,7 @@ def weighted_soft_ce(
     teachers: list[TeacherChunks],
     draft_ids: torch.Tensor | None,
     chunk: int = 1024,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """(Σ_i Σ_j weights_i·CE_i, [(CE_i, draft argmax == teacher argmax)_i]) for inputs
     xs_i [B, N_i, H] sharing the draft head's weight [Dv, H] (a plain tensor: trained or
@@ -215,7 +260,7 @@ def weighted_soft_ce(
     x_i and, when it requires grad, the weight, whose gradient is one buffer for all."""
     chunk = chunk_len(1, weight.shape[0], chunk)  # per row
     parts = [(w.detach().float(), t) for w, t in zip(weights, teachers, strict=True)]
-    total, *figures = _WeightedSoftCE.apply(weight, parts, draft_ids, chunk, *xs)
+    total, *figures = _WeightedSoftCE.apply(weight, parts, draft_ids, chunk, compiled, *xs)
     return total, [(figures[2 * i], figures[2 * i + 1]) for i in range(len(xs))]
 
 
@@ -225,9 +270,10 @@ def frozen_head_soft_ce(
     teacher: TeacherChunks,
     draft_ids: torch.Tensor | None = None,
     chunk: int = 1024,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(CE [B, N], correct [B, N]) against a frozen head [Dv, H]; CE is differentiable in x."""
     if weight.requires_grad:
         raise ValueError("frozen_head_soft_ce: the head must be frozen (weighted_soft_ce)")
     chunk = chunk_len(1, weight.shape[0], chunk)  # per row
-    return _FrozenHeadSoftCE.apply(x, weight, teacher, draft_ids, chunk)
+    return _FrozenHeadSoftCE.apply(x, weight, teacher, draft_ids, chunk, compiled)

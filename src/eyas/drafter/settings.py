@@ -23,4 +23,4 @@ class MethodTrainSettings(Protocol):
     intermediate_size: int | None
     attention: Literal["mha", "mla"] | None
     activation_checkpointing: Literal["auto", "on", "off"]
-    fast_path: Literal["auto", "on", "off"]
+    fast_path: Literal["auto", "on", "compiled", "off"]

@@ -112,11 +112,12 @@ class TrainConfig(_Strict, MethodOptions):
         "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
         "than 4096 tokens",
     )
-    fast_path: Literal["auto", "on", "off"] = Field(
+    fast_path: Literal["auto", "on", "compiled", "off"] = Field(
         "auto",
         description="the fast training step (FlexAttention TTT attention, the teacher once per "
         "micro-batch, the loss's gradient in forward; the same function as the reference "
-        "path); auto: on on CUDA",
+        "path); auto: on on CUDA; compiled: on, with the loss's per-chunk arithmetic "
+        "through torch.compile",
     )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto",

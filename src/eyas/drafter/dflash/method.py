@@ -14,7 +14,7 @@ from eyas.drafter.dflash.decode import DFlashProposer
 from eyas.drafter.dflash.model import DFlashConfig, DFlashDrafter
 from eyas.drafter.dflash.options import DFlashOptions
 from eyas.drafter.dflash.train import block_loss, select_anchors, slot_targets
-from eyas.drafter.fast_path import fast_path_on
+from eyas.drafter.fast_path import fast_path_on, loss_compiled
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -244,6 +244,7 @@ class DFlashMethod(DraftMethod[D]):
             alpha=train_cfg.dflash.dpace_alpha,
             chunk=train_cfg.chunk_len,
             fast=fast_path_on(train_cfg, prepared.input_ids.device),
+            compiled=loss_compiled(train_cfg),
         )
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:

@@ -96,11 +96,12 @@ def block_loss(
     alpha: float = 0.5,
     chunk: int = 1024,
     fast: bool = False,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, list[StepStats]]:
     """states: [B, A, bs, H] the drafter's normalised block states (its head is the target's).
     Returns Σ w·CE / normalizer and per-slot figures (slots 1..bs-1). `fast`: the same figures
     from `fused_loss.frozen_head_soft_ce` (each teacher position computed once, the gradient
-    in forward, the figures left on the device)."""
+    in forward, the figures left on the device); `compiled`: its arithmetic compiled."""
     b, a, bs, h = states.shape
     pos, mask = slot_targets(supervised, anchors, valid, bs)  # [B, A, S]
     normed = states[:, :, 1:].reshape(b, a * (bs - 1), h)
@@ -115,7 +116,7 @@ def block_loss(
     vocab = head.shape[0]
     if fast:
         ce, correct = frozen_head_soft_ce(
-            normed, head.detach(), head_chunks(teacher_hidden, head), None, chunk
+            normed, head.detach(), head_chunks(teacher_hidden, head), None, chunk, compiled
         )
     else:
         ce, correct, _ = soft_ce(

@@ -15,7 +15,7 @@ from eyas.drafter.eagle3.decode import Eagle3Proposer
 from eyas.drafter.eagle3.model import Eagle3Config, Eagle3Drafter
 from eyas.drafter.eagle3.options import Eagle3Options
 from eyas.drafter.eagle3.train import step_mask, ttt_loss, ttt_loss_fast
-from eyas.drafter.fast_path import fast_path_on, sharded
+from eyas.drafter.fast_path import fast_path_on, loss_compiled, sharded
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
 from eyas.drafter.method import (
@@ -177,18 +177,20 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
         fast = fast_path_on(train_cfg, ids.device)
         step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=fast)
         head = raw_model.lm_head.weight
-        loss = ttt_loss_fast if fast and not sharded(head) else ttt_loss
-        return loss(
+        args = (
             step_hidden,
             teacher,
             prepared.supervised,
-            head if loss is ttt_loss_fast else raw_model.lm_head,
+            head if fast and not sharded(head) else raw_model.lm_head,
             raw_model.draft_to_target(),
             raw_model.t2d,
             normalizer,
             train_cfg.loss_decay,
             train_cfg.chunk_len,
         )
+        if fast and not sharded(head):
+            return ttt_loss_fast(*args, compiled=loss_compiled(train_cfg))
+        return ttt_loss(*args)
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
         # the decoder layer is its own unit so its all-gather overlaps the root's; the loss

@@ -89,6 +89,7 @@ def ttt_loss_fast(
     normalizer: list[float],
     decay: float = 0.8,
     chunk: int = 1024,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, list[StepStats]]:
     """`ttt_loss`'s loss and figures on the fast path (`eyas.drafter.fused_loss`):
 
@@ -117,7 +118,7 @@ def ttt_loss_fast(
         teachers.append(table.shifted(1 + k, length))
         masks.append((mask_k, trained))
     total, figures = weighted_soft_ce(
-        xs, head_weight, weights, teachers, None if full_vocab else draft_ids, chunk
+        xs, head_weight, weights, teachers, None if full_vocab else draft_ids, chunk, compiled
     )
     stats = [
         StepStats((ce * trained).sum(), mask_k.sum(), (correct & trained).sum(), trained.sum())
