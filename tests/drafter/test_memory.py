@@ -118,10 +118,12 @@ def test_the_count_per_step_tracks_what_autograd_saves(mla):
 
 def test_default_max_len_counts_the_drafter_the_run_builds(kimi_toy, toy_tiny, monkeypatch):
     """On an MLA target the EAGLE-3 drafter is MLA by default, and `--max-len`'s default counts
-    that shape; `--attention mha` and DFlash count the MHA layer."""
+    that shape; `--attention mha`, DFlash and P-EAGLE (EAGLE-3's MHA layer on an MLA target)
+    count the MHA layer: each method's `attentions()` says which."""
     import types
 
     from eyas.drafter import memory
+    from eyas.drafter.registry import get_method
     from eyas.hf_models import target_model
 
     def cfg(**kw):
@@ -136,18 +138,26 @@ def test_default_max_len_counts_the_drafter_the_run_builds(kimi_toy, toy_tiny, m
         )
         return types.SimpleNamespace(**{**base, **kw})
 
+    def shape(target, **kw):
+        c = cfg(**kw)
+        return memory.target_activation_shape(target, c, get_method(c.method).attentions())
+
     kimi = target_model(kimi_toy)
-    mla = memory.target_activation_shape(kimi, cfg())
+    mla = shape(kimi)
     assert mla.mla and mla.kv_lora_rank == kimi.text["kv_lora_rank"]
     assert mla.qk_head_dim == kimi.text["qk_nope_head_dim"] + kimi.text["qk_rope_head_dim"]
-    assert not memory.target_activation_shape(kimi, cfg(attention="mha")).mla
-    assert not memory.target_activation_shape(kimi, cfg(method="dflash")).mla
-    assert not memory.target_activation_shape(target_model(toy_tiny), cfg()).mla
+    assert shape(kimi, method="eagle3.1").mla
+    assert not shape(kimi, attention="mha").mla
+    for method in ("dflash", "dflash2", "peagle"):
+        assert not shape(kimi, method=method).mla, method
+    assert not shape(target_model(toy_tiny)).mla
     # room for exactly 2^14 tokens of the MLA drafter's activations (fp32 on CPU): 16,384; the
     # MHA drafter's count is another, so the same room gives it another length
     per_token = 4 * activation_elements_per_token(mla, 7, True)
     room = int(2**14 * per_token / memory.DEVICE_SHARE) + 1
     monkeypatch.setattr(memory, "device_memory_bytes", lambda device: room)
     monkeypatch.setattr(type(kimi), "context_length", property(lambda self: 10**6))
-    assert memory.default_max_len(kimi, cfg(), "cpu") == 2**14
-    assert memory.default_max_len(kimi, cfg(attention="mha"), "cpu") != 2**14
+    eagle3 = get_method("eagle3").attentions()
+    assert memory.default_max_len(kimi, cfg(), "cpu", eagle3) == 2**14
+    assert memory.default_max_len(kimi, cfg(attention="mha"), "cpu", eagle3) != 2**14
+    assert memory.default_max_len(kimi, cfg(method="peagle"), "cpu", ("mha",)) != 2**14

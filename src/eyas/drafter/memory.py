@@ -186,9 +186,13 @@ def device_memory_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, ranks)
 
 
-def target_activation_shape(target: Any, train_cfg: MethodTrainSettings) -> ActivationShape:
-    """The activation shape of the drafter `train_cfg` builds for `target`: MLA when the EAGLE-3
-    layer gets the target's attention (`--attention`, default MLA on MLA targets)."""
+def target_activation_shape(
+    target: Any, train_cfg: MethodTrainSettings, attentions: tuple[str, ...]
+) -> ActivationShape:
+    """The activation shape of the drafter `train_cfg` builds for `target`: MLA when the
+    method's layer comes in MLA (`attentions`, its `DraftMethod.attentions()`) and gets the
+    target's attention (`--attention`, default MLA on MLA targets); otherwise MHA (DFlash's
+    layer, and P-EAGLE's, which builds EAGLE-3's MHA layer on an MLA target)."""
     from eyas.drafter.mla import MLAShape, is_mla_target
     from eyas.drafter.shape import drafter_shape
 
@@ -200,7 +204,7 @@ def target_activation_shape(target: Any, train_cfg: MethodTrainSettings) -> Acti
     )
     attention = getattr(train_cfg, "attention", None) or ("mla" if is_mla_target(target) else "mha")
     h, hidden = shape.num_attention_heads, target.hidden_size
-    if attention == "mla" and not str(getattr(train_cfg, "method", "")).startswith("dflash"):
+    if attention == "mla" and "mla" in attentions:
         m = MLAShape.of_target(target)
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         return ActivationShape(
@@ -212,13 +216,15 @@ def target_activation_shape(target: Any, train_cfg: MethodTrainSettings) -> Acti
     )
 
 
-def default_max_len(target: Any, train_cfg: MethodTrainSettings, device: str) -> int:
+def default_max_len(
+    target: Any, train_cfg: MethodTrainSettings, device: str, attentions: tuple[str, ...]
+) -> int:
     """The largest power of two of tokens whose activations fit `DEVICE_SHARE` of the device
     with AC as `auto` would set it (on at that width), at least 2,048, at most the target's
-    context."""
+    context; `attentions` the method's (`target_activation_shape`)."""
     ac = getattr(train_cfg, "activation_checkpointing", "auto") != "off"
     dtype_bytes = 2 if device.startswith("cuda") else 4
-    shape = target_activation_shape(target, train_cfg)
+    shape = target_activation_shape(target, train_cfg, attentions)
     per_token = dtype_bytes * activation_elements_per_token(shape, train_cfg.ttt, ac)
     fits = int(DEVICE_SHARE * device_memory_bytes(device)) // per_token
     length = MIN_DEFAULT_MAX_LEN

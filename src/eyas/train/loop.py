@@ -132,7 +132,9 @@ class Trainer:
     def _setup_data(self) -> None:
         """The packed sequence index, its report, and the batch plan."""
         cfg = self.cfg
-        self.max_len = cfg.max_len or default_max_len(self.tmodel, cfg, self.device)
+        self.max_len = cfg.max_len or default_max_len(
+            self.tmodel, cfg, self.device, self.method.attentions()
+        )
         self.quarantine_file = None
         self.manifest = None
         if self.source == "captured":
