@@ -324,10 +324,10 @@ def test_dflash_speculative_tokens_come_from_the_block(tmp_path):
     out = export_drafter(tmp_path / "d", "vllm", tmp_path / "vllm", speculative_tokens=3)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 15
-    spec = get_method("dflash").vllm_speculative_config(out, 15)
+    spec = get_method("dflash").speculative_configs()["vllm"](out, 15)
     assert spec["num_speculative_tokens"] == 15
     with pytest.raises(EyasError) as err:
-        get_method("dflash").vllm_speculative_config(out, 3)
+        get_method("dflash").speculative_configs()["vllm"](out, 3)
     assert err.value.reason == "bad_flag" and "--k 15" in err.value.detail
 
 

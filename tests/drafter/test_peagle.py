@@ -281,7 +281,7 @@ def test_vllm_serves_it_as_eagle3_with_parallel_drafting_and_at_most_its_depths(
     save_drafter(tiny(depths=4), tmp_path / "d", {})
     out = export_drafter(tmp_path / "d", "vllm", tmp_path / "vllm")
     method = get_method("peagle")
-    spec = method.vllm_speculative_config(out, 3)
+    spec = method.speculative_configs()["vllm"](out, 3)
     assert spec == {
         "method": "eagle3",
         "parallel_drafting": True,
@@ -289,7 +289,7 @@ def test_vllm_serves_it_as_eagle3_with_parallel_drafting_and_at_most_its_depths(
         "num_speculative_tokens": 3,
     }
     with pytest.raises(EyasError) as err:
-        method.vllm_speculative_config(out, 5)
+        method.speculative_configs()["vllm"](out, 5)
     assert err.value.reason == "bad_flag" and "--k 4" in err.value.detail
 
 

@@ -19,6 +19,7 @@ A new method is one package under `eyas/drafter/`, its tests, and one line in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -146,6 +147,11 @@ def unsupported_export(method: str, fmt: str, why: str) -> RefusedError:
     return RefusedError("export_unsupported", f"{method} cannot be exported for {fmt}: {why}")
 
 
+# (drafter folder in the engine's layout, draft tokens per step) -> the engine's speculative
+# config for it
+SpeculativeConfigWriter = Callable[[Path, int], dict]
+
+
 class DraftMethod(ABC, Generic[S]):
     """One drafter method (see the module docstring). Instances are stateless. `S` is the
     protocol of the training settings its hooks read (`train_cfg`: a `TrainConfig` in training,
@@ -194,10 +200,10 @@ class DraftMethod(ABC, Generic[S]):
         """Whether the drafter has its own head over a reduced vocabulary."""
         return True
 
-    def vllm_refusal(self) -> str | None:
-        """Why the vLLM eyas would start on this machine cannot serve the method's drafter
-        (None: it can). A refusal of the server, not of the export: vLLM's loader may still
-        take the export."""
+    def serving_refusal(self, engine: str) -> str | None:
+        """Why the `engine` server eyas would start on this machine cannot serve the method's
+        drafter (None: it can). A refusal of the server, not of the export: the engine's
+        loader may still take the export."""
         return None
 
     def attentions(self) -> tuple[str, ...]:
@@ -303,5 +309,7 @@ class DraftMethod(ABC, Generic[S]):
         return weights
 
     @abstractmethod
-    def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
-        """vLLM's `--speculative-config` for a drafter exported in this method's vLLM layout."""
+    def speculative_configs(self) -> dict[str, SpeculativeConfigWriter]:
+        """Engine -> the writer of its speculative config (vLLM's `--speculative-config`) for a
+        drafter exported in this method's layout for it: the (method, engine) pairs eyas
+        serves, beside `layouts`."""

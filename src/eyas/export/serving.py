@@ -40,10 +40,10 @@ def _vllm(drafter: Path, target: Path, k: int, scratch: Path) -> dict[str, Any]:
     if not loadable:
         folder = export_drafter(folder, "vllm", scratch / "vllm-drafter", target, k)
     method = method_reading(read_json_object(folder / "config.json"))
-    refusal = method.vllm_refusal()  # the vLLM eyas starts here cannot serve it (DFlash2 on CPU)
+    refusal = method.serving_refusal("vllm")  # the vLLM here cannot serve it (DFlash2 on CPU)
     if refusal:
         raise RefusedError("engine_unsupported", refusal)
-    return method.vllm_speculative_config(folder, k)
+    return method.speculative_configs()["vllm"](folder, k)
 
 
 # the engines eyas writes a drafter layout for: (drafter, target, k, scratch) -> its config

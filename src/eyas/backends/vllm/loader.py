@@ -95,7 +95,7 @@ def loader_case(export: Path, cfg: dict, method: Any, target: TargetModel) -> di
     import torch
 
     float32 = not torch.cuda.is_available()
-    spec = method.vllm_speculative_config(export, speculative_tokens(cfg))
+    spec = method.speculative_configs()["vllm"](export, speculative_tokens(cfg))
     spec.pop("model")
     if float32 and is_mla_drafter(cfg):
         spec.update(FLOAT32_MLA_DRAFTER)

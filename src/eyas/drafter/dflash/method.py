@@ -22,6 +22,7 @@ from eyas.drafter.method import (
     LayoutWriter,
     MethodTrainSettings,
     Prepared,
+    SpeculativeConfigWriter,
     check_layer_ids,
     target_tensor,
 )
@@ -288,6 +289,9 @@ class DFlashMethod(DraftMethod[D]):
             if name not in weights:
                 weights[name] = target_tensor(folder, target_dir, role)
         return weights
+
+    def speculative_configs(self) -> dict[str, SpeculativeConfigWriter]:
+        return {"vllm": self.vllm_speculative_config}
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
         """vLLM drafts blocks of `1 + num_speculative_tokens` (`v1/spec_decode/dflash.py`):

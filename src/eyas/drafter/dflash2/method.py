@@ -109,7 +109,11 @@ class DFlash2Method(DFlashMethod[DFlash2TrainSettings]):
     def expected_tensors(self, config: dict) -> dict[str, tuple[int, ...]]:
         return layouts.expected_tensors(config)
 
-    def vllm_refusal(self) -> str | None:
+    def serving_refusal(self, engine: str) -> str | None:
+        refusal = {"vllm": self._vllm_cpu_refusal}.get(engine)
+        return refusal() if refusal else None
+
+    def _vllm_cpu_refusal(self) -> str | None:
         """vLLM drafts with the selector only in its V2 model runner, which needs Triton; the
         CPU build eyas starts without a GPU refuses the drafter (`vllm.DFLASH2_CPU_REFUSAL`),
         so eyas refuses first. Its loader takes the export all the same (`export check`)."""

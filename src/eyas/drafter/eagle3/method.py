@@ -24,6 +24,7 @@ from eyas.drafter.method import (
     LayoutWriter,
     MethodTrainSettings,
     Prepared,
+    SpeculativeConfigWriter,
     check_layer_ids,
     target_tensor,
 )
@@ -250,6 +251,9 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
             rows = torch.arange(config.draft_vocab_size) + weights["d2t"]
             weights["lm_head.weight"] = target_tensor(folder, target_dir, "head")[rows]
         return weights
+
+    def speculative_configs(self) -> dict[str, SpeculativeConfigWriter]:
+        return {"vllm": self.vllm_speculative_config}
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
         # speculators `eagle3` configs carry fc_norm/norm_output; the method name is eagle3

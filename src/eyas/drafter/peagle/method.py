@@ -15,7 +15,7 @@ from eyas.drafter.eagle3.export import exported_tensors
 from eyas.drafter.eagle3.method import Eagle3Method, Eagle3TrainSettings
 from eyas.drafter.loss import StepStats, Teacher
 from eyas.drafter.memory import checkpointing_on
-from eyas.drafter.method import DraftMethod, LayoutWriter, Prepared
+from eyas.drafter.method import DraftMethod, LayoutWriter, Prepared, SpeculativeConfigWriter
 from eyas.drafter.peagle import export as layouts
 from eyas.drafter.peagle.decode import PEagleProposer
 from eyas.drafter.peagle.model import PEagleConfig, PEagleDrafter
@@ -192,6 +192,9 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
     def complete_weights(self, weights, config: PEagleConfig, folder: Path, target_dir):
         """A whole-vocabulary head ships no d2t/t2d (vLLM would refuse them)."""
         return self._eagle3.complete_weights(weights, config, folder, target_dir)
+
+    def speculative_configs(self) -> dict[str, SpeculativeConfigWriter]:
+        return {"vllm": self.vllm_speculative_config}
 
     def vllm_speculative_config(self, drafter_dir: Path, k: int) -> dict:
         """vLLM serves the export as EAGLE-3 with `parallel_drafting` (what
