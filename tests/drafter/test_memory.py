@@ -161,3 +161,30 @@ def test_default_max_len_counts_the_drafter_the_run_builds(kimi_toy, toy_tiny, m
     assert memory.default_max_len(kimi, cfg(), "cpu", eagle3) == 2**14
     assert memory.default_max_len(kimi, cfg(attention="mha"), "cpu", eagle3) != 2**14
     assert memory.default_max_len(kimi, cfg(method="peagle"), "cpu", ("mha",)) != 2**14
+
+
+@pytest.mark.parametrize("method", ["eagle3", "dflash", "peagle"])
+def test_the_budget_applies_the_fast_paths_rows_to_the_method_they_were_measured_on(
+    tmp_path, toy_tiny, method
+):
+    """The fast path's activation and MFU rows were measured on EAGLE-3's step (FlexAttention
+    TTT attention, the fused loss); DFlash and P-EAGLE have no such step on CUDA, so their
+    estimate on the fast path is the reference path's."""
+    from engine_parity import Shape, build_drafter
+
+    from eyas.drafter.registry import get_method
+    from eyas.hf_models import target_model
+    from eyas.train.budget import trainer_budget
+
+    model = build_drafter(Shape("toy", toy_tiny), method, tmp_path)
+    target = target_model(toy_tiny)
+    head = torch.zeros(target.vocab_size, target.hidden_size)  # the target's, for its size
+    budgets = {
+        fast: trainer_budget(
+            model, head, 3, 3, 4096, 1, False, "cpu", fast=fast, checkpointing=True
+        )
+        for fast in (False, True)
+    }
+    measured = get_method(method).fast_path_measured
+    assert measured == (method == "eagle3")
+    assert (budgets[True].activations_gb != budgets[False].activations_gb) == measured

@@ -162,6 +162,10 @@ class DraftMethod(ABC, Generic[S]):
     # (`step_flops`: its layer and its own head over the draft vocabulary); otherwise from its
     # trainable parameters, an approximation
     exact_step_flops: ClassVar[bool] = False
+    # whether the budget's fast-path rows (activations and MFU, measured on EAGLE-3's fast
+    # step: FlexAttention TTT attention and the fused loss) describe its step on CUDA; a
+    # method without them is estimated as the reference path is
+    fast_path_measured: ClassVar[bool] = False
 
     # -- config ----------------------------------------------------------------------------
 

@@ -290,6 +290,8 @@ def trainer_budget(
     from eyas.drafter.registry import METHODS
 
     method = METHODS.get(str(getattr(cfg, "method", "")))
+    # the fast path's rows were measured on EAGLE-3's step; another method's is the reference's
+    fast = fast and method is not None and method.fast_path_measured
     if method is not None and method.exact_step_flops:
         flops = None
         head_trained = model.lm_head.weight.requires_grad

@@ -42,6 +42,7 @@ class Eagle3TrainSettings(MethodTrainSettings, Protocol):
 
 class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
     exact_step_flops = True
+    fast_path_measured = True
 
     def __init__(self, name: str, *, v31: bool):
         self.name = name  # type: ignore[misc]
