@@ -80,11 +80,14 @@ def test_the_cpu_entry_point_is_the_public_api_and_differentiates_the_lse():
         assert torch.allclose(a, e, atol=1e-10)
 
 
-@pytest.mark.parametrize("steps", [0, 1, 3])
+@pytest.mark.parametrize(
+    "steps,compiled", [(0, False), (1, False), (3, False), (1, True), (3, True)]
+)
 @pytest.mark.parametrize("shape", ["gqa", "mla"])
-def test_the_fast_attention_is_the_reference_attention(steps, shape):
+def test_the_fast_attention_is_the_reference_attention(steps, compiled, shape):
     """Same output and gradients as `ttt_attention` (which gets every kv head repeated), for
-    grouped heads (4 query heads on 2 kv heads) and MLA's narrower values (q/k 24, v 16)."""
+    grouped heads (4 query heads on 2 kv heads) and MLA's narrower values (q/k 24, v 16); also
+    with the merge compiled (`--fast-path compiled`, inductor's CPU backend here)."""
     torch.manual_seed(1)
     b, h, t = 2, 4, 150
     kv, dq, dv = (2, 16, 16) if shape == "gqa" else (4, 24, 16)
@@ -99,7 +102,7 @@ def test_the_fast_attention_is_the_reference_attention(steps, shape):
         return x.repeat_interleave(h // kv, 1)
 
     ref = ttt_attention(q, rep(k0), rep(v0), [(rep(a), rep(c)) for a, c in diagonal], 0.25)
-    fast = ttt_attention_fast(q, k0, v0, diagonal, 0.25)
+    fast = ttt_attention_fast(q, k0, v0, diagonal, 0.25, compiled=compiled)
     # the reference merges in fp32 whatever its inputs: fp32 rounding is the bound
     assert torch.allclose(fast, ref, atol=1e-5)
     w = torch.randn_like(ref)
@@ -226,22 +229,27 @@ def test_a_full_vocabulary_head_takes_the_same_fast_path():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("autocast", [False, True])
-def test_the_compiled_loss_is_the_fast_loss(autocast):
-    """`--fast-path compiled`: the loss's per-chunk arithmetic through torch.compile (inductor,
-    here its CPU backend) computes the fast path's figures and gradients. The chunks of 32
-    leave a shorter last chunk per row: the dynamic-shape recompile is covered."""
+@pytest.mark.parametrize("attention,autocast", [("mha", False), ("mha", True), ("mla", False)])
+def test_the_compiled_step_is_the_fast_step(attention, autocast):
+    """`--fast-path compiled`: the TTT merge and the loss's per-chunk arithmetic through
+    torch.compile (inductor, here its CPU backend) compute the fast path's figures and
+    gradients. The chunks of 32 leave a shorter last chunk per row, and each TTT step merges
+    another number of diagonal steps: the recompiles are covered."""
     from torch._dynamo.utils import counters
 
     from eyas.drafter import fused_loss
+    from eyas.drafter import ttt_attention as ttt_module
 
-    model = _drafter("mha", False, "trained")
+    model = _drafter(attention, False, "trained")
     fast = _step(model, "eagle3", fast=True, autocast=autocast)
     torch._dynamo.reset()
     fused_loss._compiled_stats = None
+    ttt_module._compiled_merge = None
     counters.clear()
     compiled = _step(model, "eagle3", fast=True, autocast=autocast, mode="compiled")
-    assert counters["frames"]["ok"] >= 1  # dynamo compiled chunk_stats: no eager fallback
+    # dynamo compiled chunk_stats and the merge of each of TTT 4's 1..3 diagonal steps: no
+    # eager fallback
+    assert counters["frames"]["ok"] >= 4
     assert not counters["frames"].get("total", 0) - counters["frames"]["ok"]
     if autocast:  # bf16 products: the compiled kernel's fp32 sums run in another order
         _agree(fast, compiled, 1e-3, 1e-2, exact_counts=False)

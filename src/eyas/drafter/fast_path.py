@@ -8,9 +8,10 @@ computes the same function with FlexAttention (`eagle3.model.ttt_attention_fast`
 `eyas.drafter.flex`), the teacher once per micro-batch and the loss's gradient in forward
 (`eyas.drafter.fused_loss`), statistics left on the device; `tests/drafter/test_fast_path.py`
 holds the two equal on CPU. `auto` runs it on CUDA, where its attention is compiled.
-`compiled` is the fast path with the loss's per-chunk arithmetic compiled too
-(`fused_loss.chunk_stats` through `torch.compile`): the same figures, fewer kernels; not the
-default until a GPU run shows it faster (`bench/bench_train_gpu.py`'s `eyas-compiled` case).
+`compiled` is the fast path with its elementwise work compiled too (`torch.compile` of the TTT
+merge, `ttt_attention.merge_diagonal`, and of the loss's per-chunk arithmetic,
+`fused_loss.chunk_stats`): the same figures, fewer kernels; not the default until a GPU run
+shows it faster (`bench/bench_train_gpu.py`'s compiled cases).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def fast_path_on(train_cfg: MethodTrainSettings, device: torch.device | str) -> 
 
 
 def loss_compiled(train_cfg: MethodTrainSettings) -> bool:
-    """The fast path's loss arithmetic runs compiled (`--fast-path compiled`)."""
+    """The fast path's merge and loss arithmetic run compiled (`--fast-path compiled`)."""
     return getattr(train_cfg, "fast_path", "auto") == "compiled"
 
 

@@ -24,13 +24,13 @@ target's head applied chunk by chunk (DFlash's per-slot positions, each used onc
 gives the teacher's logits and their log-sum-exp, not its probabilities: the chunk's arithmetic
 (`chunk_stats`) forms them, so that compiled it reads the teacher's logits once.
 
-`compiled=True` (`--fast-path compiled`) runs `chunk_stats` through `torch.compile`: its dozen
-elementwise passes over the [C, Dv] chunk (the cast, the softmax statistics, the teacher's
-probabilities, CE, q - p, the weights, the cast back) become a few fused kernels. On an H200
-about 30% of the fast path's step was such unfused elementwise work
-(`bench/results/train_gpu_profile.txt`); whether the compiled form is faster there is for
+`compiled=True` (`--fast-path compiled`, which compiles the TTT merge too) runs `chunk_stats`
+through `torch.compile`: its dozen elementwise passes over the [C, Dv] chunk (the cast, the
+softmax statistics, the teacher's probabilities, CE, q - p, the weights, the cast back) become a
+few fused kernels. On an H200 about 30% of the fast path's step was such unfused elementwise
+work (`bench/results/train_gpu_profile.txt`); whether the compiled form is faster there is for
 `bench/bench_train_gpu.py` to measure, so it is not the default. The two forms compute the same
-figures (`tests/drafter/test_fused_loss.py`).
+figures (`tests/drafter/test_fast_path.py`).
 
 Nothing here reads a device value on the host: the statistics stay tensors.
 """

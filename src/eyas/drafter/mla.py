@@ -163,8 +163,12 @@ class MLAAttention(nn.Module):
         q, k, v = self.project(x, positions)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
-        attend = ttt_attention_fast if fast else ttt_attention
-        return self.output(attend(q, k0, v0, steps[1:], self.scale)), k, v
+        if fast:
+            compiled = fast == "compiled"
+            out = ttt_attention_fast(q, k0, v0, steps[1:], self.scale, compiled=compiled)
+        else:
+            out = ttt_attention(q, k0, v0, steps[1:], self.scale)
+        return self.output(out), k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
         q, k, v = self.project(x, positions)

@@ -77,6 +77,7 @@ def ttt_attention_fast(
     v0: torch.Tensor,
     diagonal: list[tuple[torch.Tensor, torch.Tensor]],
     scale: float,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """`ttt_attention`'s function on the fast path: the same softmax over {step-0 keys at
     positions <= j} ∪ {step-s keys at j}, merged through the causal part's log-sum-exp.
@@ -90,19 +91,34 @@ def ttt_attention_fast(
     output is a weighted sum of bf16 tensors under bf16.
 
     q: [B, h, T, dq]; k0, v0 and each diagonal pair: [B, kv, T, dq] / [B, kv, T, dv], kv
-    dividing h. Returns [B, h, T, dv] in v0's dtype.
+    dividing h. Returns [B, h, T, dv] in v0's dtype. `compiled`: the merge through
+    `torch.compile` (`--fast-path compiled`).
     """
     from eyas.drafter.flex import causal_attention
 
     out, lse = causal_attention(q, k0, v0, scale)
     if not diagonal:
         return out
+    keys, values = [k for k, _ in diagonal], [v for _, v in diagonal]
+    return _merge_fn(compiled)(out, lse, q, keys, values, scale)
+
+
+def merge_diagonal(
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    q: torch.Tensor,
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+    scale: float,
+) -> torch.Tensor:
+    """The causal part (O, L) merged with the diagonal steps' keys and values
+    (`ttt_attention_fast`'s formula)."""
     b, h, t, _ = q.shape
-    kv = k0.shape[1]
+    kv = keys[0].shape[1]
     groups = (b, kv, h // kv, t)
     qg = q.unflatten(1, (kv, h // kv))  # [B, kv, rep, T, dq], a view
     scores = torch.stack(
-        [(qg * ks.unsqueeze(2)).sum(-1).float() * scale for ks, _ in diagonal], -1
+        [(qg * ks.unsqueeze(2)).sum(-1).float() * scale for ks in keys], -1
     )  # [B, kv, rep, T, S]
     lse = lse.float().view(groups)
     top = torch.maximum(lse, scores.amax(-1)).detach()
@@ -111,9 +127,28 @@ def ttt_attention_fast(
     den = causal_w + diag_w.sum(-1)
     dtype = out.dtype
     merged = out.unflatten(1, (kv, h // kv)) * (causal_w / den)[..., None].to(dtype)
-    for s, (_, vs) in enumerate(diagonal):
+    for s, vs in enumerate(values):
         merged = merged + vs.unsqueeze(2) * (diag_w[..., s] / den)[..., None].to(dtype)
     return merged.flatten(1, 2)
 
 
-__all__ = ["ttt_attention", "ttt_attention_fast"]
+_compiled_merge = None
+
+
+def _merge_fn(compiled: bool):
+    """`merge_diagonal`, through `torch.compile` for `--fast-path compiled`: per TTT step it is
+    2 x S elementwise passes over [B, h, T, d] tensors (the diagonal scores' products and the
+    weighted sum), forward and backward, made into a few fused kernels. One graph per number
+    of diagonal steps (at most TTT - 1): the recompile limit is raised to hold them all."""
+    global _compiled_merge
+    if not compiled:
+        return merge_diagonal
+    if _compiled_merge is None:
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+        _compiled_merge = torch.compile(merge_diagonal, dynamic=None)
+    return _compiled_merge
+
+
+__all__ = ["merge_diagonal", "ttt_attention", "ttt_attention_fast"]

@@ -177,7 +177,9 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
         ac = checkpointing_on(train_cfg, ids.shape[1])
         fast = fast_path_on(train_cfg, ids.device)
-        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=fast)
+        # "compiled": the fast path with its TTT merge compiled (and the loss, below)
+        mode = "compiled" if fast and loss_compiled(train_cfg) else fast
+        step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=mode)
         head = raw_model.lm_head.weight
         args = (
             step_hidden,

@@ -116,13 +116,17 @@ class Attention(nn.Module):
         causally, later steps' only on the diagonal (same index j). Returns (output, k, v);
         the caller keeps k, v (the list is read, never appended to: FSDP2 rebuilds a unit's
         argument containers, so an append inside a unit would be lost). `fast`: the fast
-        path's attention (`ttt_attention_fast`; k, v keep their kv heads)."""
+        path's attention (`ttt_attention_fast`; k, v keep their kv heads), "compiled" with its
+        merge compiled."""
         q, k, v = self.project(x, positions, repeat=not fast)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
-        attend = ttt_attention_fast if fast else ttt_attention
-        out = self.output(attend(q, k0, v0, steps[1:], 1.0 / math.sqrt(self.d)))
-        return out, k, v
+        scale = 1.0 / math.sqrt(self.d)
+        if fast:
+            out = ttt_attention_fast(q, k0, v0, steps[1:], scale, compiled=fast == "compiled")
+        else:
+            out = ttt_attention(q, k0, v0, steps[1:], scale)
+        return self.output(out), k, v
 
     def cached(self, x, positions, past_k, past_v, mask):
         """Decoding attention over `past` keys plus this call's own: mask [T, L + T] (True =
@@ -242,7 +246,7 @@ class Eagle3Drafter(nn.Module):
         aux_hidden: torch.Tensor,
         ttt_steps: int,
         checkpoint_layers: bool = False,
-        fast: bool = False,
+        fast: bool | str = False,
     ):
         """Unrolled TTT forward.
 
@@ -252,7 +256,8 @@ class Eagle3Drafter(nn.Module):
             ttt_steps: K. Step k at index j reads token x_{j+1+k} and predicts x_{j+2+k}.
             checkpoint_layers: keep only each step's outputs and keys/values, and recompute
                 the layer's inside in backward (activation checkpointing, per TTT step).
-            fast: the fast path's attention (`ttt_attention_fast`), same function.
+            fast: the fast path's attention (`ttt_attention_fast`), same function; "compiled":
+                with its merge compiled (`--fast-path compiled`).
 
         Returns:
             list of K normalised hidden states [B, T, H] (`logits()` maps them to the draft
