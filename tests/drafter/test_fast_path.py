@@ -323,18 +323,20 @@ def test_auto_is_the_fast_path_on_cuda_only():
 
 
 def test_training_on_the_fast_path_follows_the_reference_curve(tmp_path, toy_tiny, toy_samples):
-    """`eyas train --fast-path on` on CPU: the same loss and accuracy curve as the reference
-    path, step by step (fp32; Adam amplifies the ~1e-6 gradient differences a little)."""
+    """`eyas train --fast-path on` (and `compiled`) on CPU: the same loss and accuracy curve as
+    the reference path, step by step (fp32; Adam amplifies the ~1e-6 gradient differences a
+    little)."""
     from eyas.train.loop import run_train
     from train_helpers import toy_train_config
 
     curves = {}
-    for mode in ("off", "on"):
+    for mode in ("off", "on", "compiled"):
         cfg = toy_train_config(
             toy_tiny, tmp_path / mode, data=toy_samples, steps=3, fast_path=mode, ttt=3
         )
         curves[mode] = run_train(cfg, log=lambda s: None).history
-    for ref, fast in zip(curves["off"], curves["on"], strict=True):
-        assert fast.loss == pytest.approx(ref.loss, rel=1e-4)
-        assert fast.per_step_acc == pytest.approx(ref.per_step_acc, abs=1e-3)
-        assert fast.trained_positions == ref.trained_positions
+    for mode in ("on", "compiled"):
+        for ref, fast in zip(curves["off"], curves[mode], strict=True):
+            assert fast.loss == pytest.approx(ref.loss, rel=1e-4), mode
+            assert fast.per_step_acc == pytest.approx(ref.per_step_acc, abs=1e-3), mode
+            assert fast.trained_positions == ref.trained_positions
