@@ -102,22 +102,32 @@ def server_keys(data: dict[str, Any], command: str) -> dict[str, Any]:
     for old, new in moved.items():
         if old not in data:
             continue
-        value = data.pop(old)
         deprecated(old, f"{where}.{new}")
-        node = server
-        *parents, leaf = new.split(".")
-        for part in parents:
-            node[part] = dict(node.get(part) or {})
-            node = node[part]
-        if isinstance(value, dict) and isinstance(node.get(leaf), dict):  # a table: merged
-            node[leaf], value = dict(node[leaf]), {**node[leaf], **value}
-            if any(node[leaf][k] != value[k] for k in node[leaf]):
-                raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        elif leaf in node and node[leaf] != value:
-            raise ValueError(f"{command}: {old} is the old name of {where}.{new}: give one")
-        node[leaf] = value
+        _place(server, new, data.pop(old), f"{command}: {old} is the old name of {where}.{new}")
     data[where] = server
     return data
+
+
+def _place(root: dict[str, Any], dotted: str, value: Any, conflict: str) -> None:
+    """Put `value` at the dotted key under `root`, making the tables on the way (a built model
+    there read as the fields it was given). A table merges with the table there; a value that
+    differs from the one there raises ValueError(`conflict`: the old and new key given twice)."""
+    *parents, leaf = dotted.split(".")
+    node = root
+    for part in parents:
+        child = node.get(part)
+        if child is not None and not isinstance(child, dict):
+            child = child.model_dump(exclude_unset=True)
+        node[part] = dict(child or {})
+        node = node[part]
+    there = node.get(leaf)
+    if isinstance(value, dict) and isinstance(there, dict):
+        if any(k in value and value[k] != v for k, v in there.items()):
+            raise ValueError(f"{conflict}: give one")
+        value = {**there, **value}
+    elif leaf in node and there != value:
+        raise ValueError(f"{conflict}: give one")
+    node[leaf] = value
 
 
 def engine_keys(
@@ -160,17 +170,6 @@ def moved_keys(data: Any, command: str, moved: dict[str, str]) -> Any:
     for old, new in moved.items():
         if old not in data:
             continue
-        value = data.pop(old)
         deprecated(old, new)
-        *parents, leaf = new.split(".")
-        node = data
-        for part in parents:
-            child = node.get(part)
-            if child is not None and not isinstance(child, dict):  # a built model: as a table
-                child = child.model_dump(exclude_unset=True)
-            node[part] = dict(child or {})
-            node = node[part]
-        if leaf in node and node[leaf] != value:
-            raise ValueError(f"{command}: {old} is the old name of {new}: give one")
-        node[leaf] = value
+        _place(data, new, data.pop(old), f"{command}: {old} is the old name of {new}")
     return data
