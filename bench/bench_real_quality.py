@@ -103,6 +103,14 @@ ARMS = [
     # own speculators peer, so the goal can be read at a plateau as well
     Arm("eagle3-vocab16k", "main", train={"draft_vocab": 16384}, note="16k draft vocabulary"),
     Arm("speculators-vocab16k", "main", peer_of="eagle3-vocab16k", note="eagle3-vocab16k's"),
+    # speculators freezes its draft head (the target's rows); at equal steps it led the trained
+    # head early on: the same choice on eyas's side, a whole curve
+    Arm(
+        "eagle3-vocab16k-head-frozen",
+        "main",
+        train={"draft_vocab": 16384, "eagle3": {"draft_head": "frozen"}},
+        note="16k draft vocabulary, draft head frozen (speculators' choice)",
+    ),
     Arm("eagle3.1", "main", method="eagle3.1"),
     Arm("dflash", "main", method="dflash"),
     Arm(
