@@ -952,13 +952,35 @@ def r_real_quality(d: dict) -> Section:
     return s
 
 
+def _base_arm(name: str, arms: dict) -> str | None:
+    """The eyas arm NAME is one choice away from: the same method, and its `train` settings
+    but for one key (eagle3-vocab16k-head-frozen: eagle3-vocab16k); None if there is none."""
+    a = arms[name]
+    train = a.get("train") or {}
+    for other, b in arms.items():
+        if other == name or a.get("peer_of") or b.get("peer_of"):
+            continue
+        if b.get("method") != a.get("method"):
+            continue
+        theirs = b.get("train") or {}
+        if any({k: v for k, v in train.items() if k != key} == theirs for key in train):
+            return other
+    return None
+
+
+def _frozen_head(a: dict) -> bool:
+    return ((a.get("train") or {}).get("eagle3") or {}).get("draft_head") == "frozen"
+
+
 def _decision_lines(arms: dict) -> list[str]:
-    """Every eyas arm but the default (eagle3) against it: at its last step, and at the
-    default arm's last point within the same training time."""
-    base = arms.get("eagle3", {}).get("points") or []
+    """Every eyas arm but the default (eagle3) against the arm it is one choice away from
+    (`_base_arm`): at its last step, and at that arm's last point within the same training
+    time."""
     lines = []
     for name, a in arms.items():
         pts = a.get("points") or []
+        base_name = _base_arm(name, arms) or "eagle3"
+        base = arms.get(base_name, {}).get("points") or []
         if name == "eagle3" or a.get("peer_of") or not pts or not base:
             continue
         last = pts[-1]
@@ -967,16 +989,17 @@ def _decision_lines(arms: dict) -> list[str]:
         parts = [f"`{name}` at step {num(last['steps'])}: {num(last['acceptance_length'])}"]
         if same_steps:
             parts.append(
-                f"eagle3 at the same step {num(same_steps['acceptance_length'])} "
+                f"{base_name} at the same step {num(same_steps['acceptance_length'])} "
                 f"({ratio(last['acceptance_length'], same_steps['acceptance_length'])})"
             )
         if same_time:
             parts.append(
-                f"eagle3 within the same training time ({num(last['train_seconds'])} s: step "
-                f"{num(same_time['steps'])}) {num(same_time['acceptance_length'])}"
+                f"{base_name} within the same training time ({num(last['train_seconds'])} s: "
+                f"step {num(same_time['steps'])}) {num(same_time['acceptance_length'])}"
             )
         lines.append("- " + "; ".join(parts) + ".")
-    return ["Against the default arm (eagle3):", "", *lines, ""] if lines else []
+    head = "Each eyas arm against the arm it is one choice away from (else the default, eagle3):"
+    return [head, "", *lines, ""] if lines else []
 
 
 def _goal_lines(arms: dict) -> list[str]:
@@ -985,10 +1008,20 @@ def _goal_lines(arms: dict) -> list[str]:
     curves have (the plateau once both have reached it; "met" or "not met" only once neither
     curve is still running) and at equal training time."""
     lines = []
-    for peer, a in arms.items():
-        mine = arms.get(a.get("peer_of") or "", {}).get("points") or []
+    pairs = [
+        (peer, eyas)
+        for peer, a in arms.items()
+        if a.get("peer_of")
+        # the arm speculators trained beside, and the one that differs from it only by a frozen
+        # draft head (speculators freezes its own): the same batches, like for like
+        for eyas in [a["peer_of"]]
+        + [n for n in arms if _base_arm(n, arms) == a["peer_of"] and _frozen_head(arms[n])]
+    ]
+    for peer, eyas in pairs:
+        a = {**arms[peer], "peer_of": eyas}
+        mine = arms.get(eyas, {}).get("points") or []
         theirs = a.get("points") or []
-        if not a.get("peer_of") or not mine or not theirs:
+        if not mine or not theirs:
             continue
         # at the last step both curves have (a curve ahead of its peer is not compared with
         # the peer's earlier point)
