@@ -237,14 +237,12 @@ def test_the_compiled_step_is_the_fast_step(attention, autocast):
     another number of diagonal steps: the recompiles are covered."""
     from torch._dynamo.utils import counters
 
-    from eyas.drafter import fused_loss
-    from eyas.drafter import ttt_attention as ttt_module
+    from eyas.drafter import fast_path
 
     model = _drafter(attention, False, "trained")
     fast = _step(model, "eagle3", fast=True, autocast=autocast)
     torch._dynamo.reset()
-    fused_loss._compiled_stats = None
-    ttt_module._compiled_merge = None
+    fast_path.compiled.cache_clear()
     counters.clear()
     compiled = _step(model, "eagle3", fast=True, autocast=autocast, mode="compiled")
     # dynamo compiled chunk_stats and the merge of each of TTT 4's 1..3 diagonal steps: no

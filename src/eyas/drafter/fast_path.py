@@ -16,6 +16,9 @@ shows it faster (`bench/bench_train_gpu.py`'s compiled cases).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
 from eyas.drafter.settings import MethodTrainSettings
@@ -24,6 +27,18 @@ from eyas.drafter.settings import MethodTrainSettings
 def fast_path_on(train_cfg: MethodTrainSettings, device: torch.device | str) -> bool:
     mode = getattr(train_cfg, "fast_path", "auto")
     return mode in ("on", "compiled") or (mode == "auto" and torch.device(device).type == "cuda")
+
+
+@functools.cache
+def compiled(fn: Callable) -> Callable:
+    """`torch.compile(fn)`, built once per function, for `--fast-path compiled`. Shapes turn
+    dynamic after the second size (a row's shorter last chunk), and each number of TTT
+    diagonal steps is its own graph: the recompile limit is raised to hold them all (a
+    process-wide setting, never lowered)."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    return torch.compile(fn, dynamic=None)
 
 
 def loss_compiled(train_cfg: MethodTrainSettings) -> bool:

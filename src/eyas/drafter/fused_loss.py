@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+from eyas.drafter import fast_path
 from eyas.drafter.loss import chunk_len
 
 # (row, start, end) -> (teacher logits [C, Dv], their log-sum-exp [C] fp32, argmax [C] long)
@@ -135,26 +136,13 @@ def chunk_stats(
     return ce, zf.argmax(-1), g.to(dtype)
 
 
-_compiled_stats = None
-
-
-def _stats_fn(compiled: bool):
-    global _compiled_stats
-    if not compiled:
-        return chunk_stats
-    if _compiled_stats is None:
-        # the last chunk of a row is shorter: dynamic shapes after the second size, not a
-        # recompile per length
-        _compiled_stats = torch.compile(chunk_stats, dynamic=None)
-    return _compiled_stats
-
-
 def _chunk(x, weight, teacher, scale, dtype, compiled):
     """`chunk_stats` of x [C, H] against the head weight [Dv, H] (both in the compute dtype)
     and the teacher's (logits, lse, argmax); returns its three figures and the teacher's
     argmax."""
     t_logits, t_lse, top = teacher
-    ce, pred, g = _stats_fn(compiled)(x @ weight.t(), t_logits, t_lse, scale, dtype)
+    stats = fast_path.compiled(chunk_stats) if compiled else chunk_stats
+    ce, pred, g = stats(x @ weight.t(), t_logits, t_lse, scale, dtype)
     return ce, pred, g, top
 
 

@@ -100,7 +100,10 @@ def ttt_attention_fast(
     if not diagonal:
         return out
     keys, values = [k for k, _ in diagonal], [v for _, v in diagonal]
-    return _merge_fn(compiled)(out, lse, q, keys, values, scale)
+    from eyas.drafter.fast_path import compiled as compile_once
+
+    merge = compile_once(merge_diagonal) if compiled else merge_diagonal
+    return merge(out, lse, q, keys, values, scale)
 
 
 def merge_diagonal(
@@ -130,25 +133,6 @@ def merge_diagonal(
     for s, vs in enumerate(values):
         merged = merged + vs.unsqueeze(2) * (diag_w[..., s] / den)[..., None].to(dtype)
     return merged.flatten(1, 2)
-
-
-_compiled_merge = None
-
-
-def _merge_fn(compiled: bool):
-    """`merge_diagonal`, through `torch.compile` for `--fast-path compiled`: per TTT step it is
-    2 x S elementwise passes over [B, h, T, d] tensors (the diagonal scores' products and the
-    weighted sum), forward and backward, made into a few fused kernels. One graph per number
-    of diagonal steps (at most TTT - 1): the recompile limit is raised to hold them all."""
-    global _compiled_merge
-    if not compiled:
-        return merge_diagonal
-    if _compiled_merge is None:
-        import torch._dynamo
-
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-        _compiled_merge = torch.compile(merge_diagonal, dynamic=None)
-    return _compiled_merge
 
 
 __all__ = ["merge_diagonal", "ttt_attention", "ttt_attention_fast"]
