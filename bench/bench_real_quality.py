@@ -75,6 +75,7 @@ from real_pipeline import (
 )
 from real_prompts import build
 
+from eyas.train.checkpoint import latest_checkpoint
 from eyas.train.config import TrainConfig
 from eyas.train.loop import Trainer
 
@@ -137,6 +138,36 @@ def commit() -> str:
         text=True,
     ).stdout.strip()
     return rev + ("+dirty" if dirty else "")
+
+
+def data_fingerprint(cap: Path) -> str:
+    """sha256 of the captured samples' ids, token ids and loss masks, in id order: what a
+    drafter trains on besides the hidden states (whose floats depend on the machine)."""
+    import hashlib
+
+    import numpy as np
+
+    from eyas.store.captures import capture_shards, read_shard_offsets, read_shard_tokens
+
+    rows: dict[str, tuple[bytes, bytes]] = {}
+    for shard in capture_shards(cap):
+        offs = read_shard_offsets(shard)
+        ids, mask = read_shard_tokens(shard)
+        for i, sid in enumerate(offs.ids):
+            key = sid.decode() if isinstance(sid, bytes) else str(sid)
+            lo, hi = int(offs.offsets[i]), int(offs.offsets[i + 1])
+            rows.setdefault(
+                key,
+                (
+                    np.ascontiguousarray(ids[lo:hi], dtype=np.int32).tobytes(),
+                    np.ascontiguousarray(mask[lo:hi], dtype=np.int8).tobytes(),
+                ),
+            )
+    h = hashlib.sha256()
+    for key in sorted(rows):
+        tok, msk = rows[key]
+        h.update(key.encode() + b"\0" + tok + msk)
+    return h.hexdigest()
 
 
 def servable(drafter: Path, vocab: int, target_vocab: int) -> str:
@@ -241,6 +272,7 @@ class Bench:
         self.train_prep, self.heldout = Path(split["train_prepare"]), Path(split["heldout_prepare"])
         gen, cap = self.work / "generate", self.work / "capture-eagle3"
         seconds = self.results.setdefault("data", {}).setdefault("seconds", {})
+        before = set(seconds) if finished(gen) and finished(cap) else set()
         if not finished(gen):
             self.say("generating through vLLM")
             t = generate(
@@ -259,6 +291,7 @@ class Bench:
             self.say("capturing through vLLM (EAGLE-3 layers)")
             seconds["capture_eagle3"] = round(capture(self.model, gen, cap, self.log), 1)
         self.gen, self.caps = gen, {"eagle3": cap}
+        self.check_data(cap, rebuilt=bool(seconds.keys() - before))
         manifest = json.loads((gen / "manifest.json").read_text())
         audit_json = json.loads(audit.read_text())
         self.results["data"].update(
@@ -276,6 +309,30 @@ class Bench:
             }
         )
         self.write()
+
+    def check_data(self, cap: Path, rebuilt: bool) -> None:
+        """Record the captured data's fingerprint; refuse to add points to curves made on other
+        data. A rebuild (a new machine, the workdir gone) regenerates the same prompts greedily,
+        and vLLM's ids can still differ: the fingerprint says whether they did."""
+        data = self.results["data"]
+        fp = data_fingerprint(cap)
+        known = data.get("fingerprint")
+        if known and known != fp and any(r["points"] for r in self.results["arms"].values()):
+            raise SystemExit(
+                f"the captured data in {cap} are not those the curves in {self.out} were "
+                f"trained on (fingerprint {fp[:12]} against {known[:12]}): start a new results "
+                "file (--json) or pass --fresh"
+            )
+        if rebuilt or not known:
+            data.setdefault("builds", []).append(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "machine": platform.node(),
+                    "fingerprint": fp,
+                    "matches_before": None if not known else known == fp,
+                }
+            )
+        data["fingerprint"] = fp
 
     def sizes(self) -> dict:
         if self.args.tiny:
@@ -497,6 +554,20 @@ class Bench:
             rec["commits"].append(commit())
         arm_dir = self.work / "arms" / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
+        lost = self.state_lost(arm, arm_dir, rec["points"])
+        if lost:  # the curve cannot go on as one run: its points are kept, it starts again
+            rec.setdefault("lost_runs", []).append(
+                {"reason": lost, "points": rec["points"], "commits": rec["commits"]}
+            )
+            rec["points"], rec["commits"] = [], [commit()]
+            for stale in [*arm_dir.glob("segment-*.json"), *arm_dir.glob("state-*.safetensors")]:
+                stale.unlink()  # a segment of the lost run is not one of the new run's
+            shutil.rmtree(arm_dir / "train", ignore_errors=True)  # nor an older checkpoint
+            self.write()
+            self.say(
+                f"{arm.name}: {lost}; its {len(rec['lost_runs'][-1]['points'])} points "
+                "are kept under lost_runs and the curve starts again"
+            )
         steps = [s for s in self.schedule() if s <= cap_steps] or [cap_steps]
         for to_step in steps:
             points = rec["points"]
@@ -551,6 +622,21 @@ class Bench:
         else:
             rec["status"] = "step_cap" if arm.group == "main" else "done"
         self.write()
+
+    def state_lost(self, arm: Arm, arm_dir: Path, points: list[dict]) -> str | None:
+        """Why the curve's last point cannot be trained on from here (a stable reason), else
+        None. The workdir lives on one machine: a results file carried to another (a fresh
+        clone, a new machine) names points whose checkpoint or optimizer state is not there.
+        Training on from step 0 would count those steps twice."""
+        if not points:
+            return None
+        last = points[-1]["steps"]
+        if arm.peer_of:
+            have = (arm_dir / f"state-{last}.safetensors").exists()
+        else:
+            ckpt = latest_checkpoint(arm_dir / "train" / "checkpoints")
+            have = ckpt is not None and int(ckpt.name.removeprefix("step-")) >= last
+        return None if have else "state_missing"
 
     def raised(self, rec: dict, cap_steps: int) -> bool:
         """A curve stopped at a cap that this run's settings raise goes on (the learning rate
