@@ -324,12 +324,16 @@ class Bench:
                 "file (--json) or pass --fresh"
             )
         if rebuilt or not known:
+            counts = json.loads((cap / "manifest.json").read_text()).get("counts")
+            before = data.get("captured")  # the build before's counts (no fingerprint then)
             data.setdefault("builds", []).append(
                 {
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "machine": platform.node(),
                     "fingerprint": fp,
                     "matches_before": None if not known else known == fp,
+                    "captured": counts,
+                    "captured_before": before,
                 }
             )
         data["fingerprint"] = fp
@@ -560,7 +564,11 @@ class Bench:
                 {"reason": lost, "points": rec["points"], "commits": rec["commits"]}
             )
             rec["points"], rec["commits"] = [], [commit()]
-            for stale in [*arm_dir.glob("segment-*.json"), *arm_dir.glob("state-*.safetensors")]:
+            for stale in [
+                *arm_dir.glob("segment-*.json"),
+                *arm_dir.glob("state-*.safetensors"),
+                *arm_dir.glob("eval-*.json"),
+            ]:
                 stale.unlink()  # a segment of the lost run is not one of the new run's
             shutil.rmtree(arm_dir / "train", ignore_errors=True)  # nor an older checkpoint
             self.write()

@@ -866,6 +866,7 @@ def r_real_quality(d: dict) -> Section:
         "",
     ]
     arms = d.get("arms", {})
+    s.lines += _rebuild_lines(data, arms)
     if any(a.get("points") for a in arms.values()):
         s.lines += [f"![learning curves]({FIGURES['real_quality']})", ""]
     summary = []
@@ -950,6 +951,51 @@ def r_real_quality(d: dict) -> Section:
         "",
     ]
     return s
+
+
+def _rebuild_lines(data: dict, arms: dict) -> list[str]:
+    """The data's builds (a new machine regenerates and captures again: its fingerprint says
+    whether the training data are the same) and each curve's runs lost with their machine,
+    beside the points of the run that replaced them at the same steps."""
+    lines = []
+    builds = data.get("builds") or []
+    if builds:
+        said = [
+            f"{b['date']} (fingerprint {b['fingerprint'][:12]}"
+            + (
+                ""
+                if b.get("matches_before") is None
+                else f", {'the same as' if b['matches_before'] else 'different from'} the "
+                "build before"
+            )
+            + f"; captured {num(json.dumps(b.get('captured')))}"
+            + (
+                f", the build before {num(json.dumps(b['captured_before']))}"
+                if b.get("captured_before")
+                else ""
+            )
+            + ")"
+            for b in builds
+        ]
+        lines += [
+            "Data builds (the captured samples' ids, token ids and loss masks, hashed: "
+            "`data_fingerprint`): " + "; ".join(said) + ".",
+            "",
+        ]
+    for name, a in arms.items():
+        for lost in a.get("lost_runs") or []:
+            now = {p["steps"]: p["acceptance_length"] for p in a.get("points") or []}
+            was = [
+                f"step {num(p['steps'])} {num(p['acceptance_length'])}"
+                + (f" (now {num(now[p['steps']])})" if p["steps"] in now else "")
+                for p in lost.get("points") or []
+            ]
+            lines += [
+                f"- `{name}`: an earlier run's {len(lost.get('points') or [])} points were kept "
+                f"and the curve started again ({lost.get('reason')}: its checkpoints were on a "
+                f"machine since replaced): {', '.join(was)}.",
+            ]
+    return [*lines, ""] if lines and lines[-1] else lines
 
 
 def _base_arm(name: str, arms: dict) -> str | None:

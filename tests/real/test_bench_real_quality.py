@@ -1,9 +1,12 @@
 """bench/bench_real_quality.py in its smoke mode (`--tiny`: a few real prompts, 2 steps, one
 point), so the long benchmark cannot rot: every stage runs for real (the prompt split,
 generate, audit and capture through vLLM, training, export, served eval against a baseline
-server), and a second run resumes from the results file without training again."""
+server), and a second run resumes from the results file without training again. A results file
+whose curves were trained on other data is refused; a curve whose checkpoints are gone (its
+workdir on a machine since replaced) starts again with its points kept."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_real_quality.py"
 
 
-def _run(work: Path, out: Path) -> str:
+def _run(work: Path, out: Path, rc: int = 0) -> str:
     cmd = [sys.executable, str(SCRIPT), "--tiny", "--workdir", str(work), "--arms", "eagle3"]
     proc = subprocess.run(
         [*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=3000
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
 
 
 def test_the_smoke_run_measures_a_point_and_resumes(tmp_path, smollm2, vllm_python):
@@ -46,3 +49,29 @@ def test_the_smoke_run_measures_a_point_and_resumes(tmp_path, smollm2, vllm_pyth
     again = _run(work, out)  # everything done: nothing is trained or served again
     assert "eagle3: step_cap already" in again
     assert json.loads(out.read_text())["arms"]["eagle3"]["points"] == arm["points"]
+    data = json.loads(out.read_text())["data"]
+    (build,) = data["builds"]  # one build; its fingerprint is the data's
+    assert build["fingerprint"] == data["fingerprint"] and len(data["fingerprint"]) == 64
+    assert build["matches_before"] is None and build["captured"] == data["captured"]
+
+    # curves trained on other data: the run refuses to add to them, and changes nothing
+    tampered = json.loads(out.read_text())
+    tampered["data"]["fingerprint"] = "0" * 64
+    out.write_text(json.dumps(tampered))
+    assert "are not those the curves" in _run(work, out, rc=1)
+    assert json.loads(out.read_text()) == tampered
+
+    # the results file on a machine without the workdir's checkpoints (the curve was cut
+    # mid-way there): the curve starts again from step 0, its old point kept
+    tampered["data"]["fingerprint"] = data["fingerprint"]
+    tampered["arms"]["eagle3"]["status"] = "running"
+    out.write_text(json.dumps(tampered))
+    shutil.rmtree(work / "arms" / "eagle3" / "train" / "checkpoints")
+    said = _run(work, out)
+    assert "eagle3: state_missing" in said
+    arm = json.loads(out.read_text())["arms"]["eagle3"]
+    (lost,) = arm["lost_runs"]
+    assert lost["reason"] == "state_missing" and lost["points"] == [point]
+    (new,) = arm["points"]
+    assert new["steps"] == 2 and new["segment"]["from_step"] == 0
+    assert new["train_seconds"] == new["segment"]["step_seconds"]  # not added to the old
