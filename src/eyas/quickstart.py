@@ -227,7 +227,7 @@ def run_quickstart(
             data=data,
             out=out / "drafters" / name,
             steps=steps,
-            ttt=3,  # the draft vocabulary is the default: the toy's whole vocabulary
+            ttt=3,  # the draft vocabulary is the default: the toy's supervised tokens
             max_len=2048,
             batch_tokens=4096,
             lr=3e-3,

@@ -74,6 +74,12 @@ class Built:
     fmt: str
 
 
+def whole_vocab(target: Path) -> int:
+    """`--draft-vocab` for the target's whole vocabulary: asked for by size, as a user would
+    (the default is the most frequent supervised tokens: drafter/vocab.py)."""
+    return target_model(target).vocab_size
+
+
 def build_drafter(shape: Shape, method: str, tmp: Path, seed: int = 0, **train) -> torch.nn.Module:
     """A drafter of `method` for `shape`, configured by the trainer's own path (TrainConfig,
     the method's aux layers and `build_config`, a data-built draft vocabulary), with random

@@ -1,7 +1,7 @@
 """The export matrix: every configuration eyas can write, loaded by each engine's own code.
 
 Cells: every registered method (`eyas.drafter.registry.METHODS`: a method added later joins)
-x attention (MHA, MLA) x draft vocabulary (reduced; the target's whole, the default for targets
+x attention (MHA, MLA) x draft vocabulary (reduced; the target's whole, once the default for targets
 of at most 65,536 tokens) x target (the Llama toy, the Kimi-K2.5-layout toy, the real
 SmolLM2-135M's config) x engine (vLLM 0.32's classes in its venv; SGLang 0.5.12.post1's and
 0.5.23's classes from their wheels). A cell is written and served as trained, or refused by
@@ -49,6 +49,7 @@ from engine_parity import (
     mismatches,
     run_vllm_batch,
     side_of,
+    whole_vocab,
 )
 from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
@@ -158,8 +159,10 @@ def written(module_tmp, targets) -> dict[str, Written]:
     for cell in CELLS:
         w = out[cell.id] = Written(cell)
         train = {"attention": cell.attention}
-        if cell.vocab == "reduced":
-            train["draft_vocab"] = REDUCED[cell.target]
+        # the whole vocabulary asked for by size: no longer the default (drafter/vocab.py)
+        train["draft_vocab"] = (
+            REDUCED[cell.target] if cell.vocab == "reduced" else whole_vocab(targets[cell.target])
+        )
         w.shape = Shape(
             cell.target,
             targets[cell.target],

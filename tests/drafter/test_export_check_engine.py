@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from engine_parity import Shape, build_drafter, export
+from engine_parity import Shape, build_drafter, export, whole_vocab
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -22,10 +22,9 @@ from eyas.export.validate import check_export
 
 @pytest.fixture(scope="module")
 def whole_vocab_export(module_tmp, toy_tiny):
-    """The toy's EAGLE-3 drafter with the default draft vocabulary (the toy's whole 1024),
-    exported for vLLM."""
+    """The toy's EAGLE-3 drafter with its whole draft vocabulary (1024), exported for vLLM."""
     tmp = module_tmp("check")
-    shape = Shape("toy_tiny", toy_tiny)
+    shape = Shape("toy_tiny", toy_tiny, train={"draft_vocab": whole_vocab(toy_tiny)})
     model = build_drafter(shape, "eagle3", tmp)
     assert model.config.draft_vocab_size == model.config.vocab_size
     return export(model, shape, "vllm", tmp)

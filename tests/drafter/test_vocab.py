@@ -1,13 +1,13 @@
 """The draft vocabulary chosen from the data (`choose_draft_vocab`): its coverage of the
-supervised tokens is reported, and the default falls back to the full vocabulary where a
-reduced head would lose tokens or save little."""
+supervised tokens is reported; the default is the most frequent supervised tokens, all of them
+when there are fewer than 32,000, and falls back to the full vocabulary where a reduced head
+would lose tokens."""
 
 import torch
 
 from eyas.drafter.vocab import (
     DEFAULT_DRAFT_VOCAB,
     MIN_COVERAGE,
-    SMALL_TARGET_VOCAB,
     choose_draft_vocab,
     coverage_at,
 )
@@ -45,12 +45,21 @@ def test_wide_traffic_gets_the_full_vocabulary():
     assert "full vocabulary" in got["draft_vocab_choice"]
 
 
-def test_a_small_target_vocabulary_is_kept_whole():
-    counts = _zipf(SMALL_TARGET_VOCAB // 2, 1.6, 1000)
+def test_a_small_target_gets_its_supervised_tokens_not_its_whole_vocabulary():
+    """SmolLM2's 49,152 tokens: the head covers the 1,000 the data supervise (until 2026-12 it
+    was all 49,152, which cost more per step and learned slower: docs/serving.md)."""
+    counts = _zipf(49152, 1.6, 1000)
     got = choose_draft_vocab(counts, None)
-    assert (
-        got["draft_vocab_size"] == SMALL_TARGET_VOCAB // 2 and "small" in got["draft_vocab_choice"]
-    )
+    assert got["draft_vocab_size"] == 1000 and got["coverage"] == 1.0
+    assert "every supervised token" in got["draft_vocab_choice"]
+    kept = torch.arange(1000) + got["d2t"]
+    assert bool((counts[kept] > 0).all()) and int(got["t2d"].sum()) == 1000
+
+
+def test_a_target_whose_every_token_is_supervised_keeps_the_identity():
+    counts = torch.arange(1, 301)
+    got = choose_draft_vocab(counts, None)
+    assert got["draft_vocab_size"] == 300 and got["t2d"].all() and not got["d2t"].any()
 
 
 def test_an_explicit_size_is_honoured_and_its_coverage_reported():
@@ -69,10 +78,16 @@ def test_eyas_train_reports_the_coverage_of_its_draft_vocabulary(tmp_path, toy_t
     lines: list[str] = []
     cfg = toy_train_config(toy_tiny, tmp_path, data=toy_samples, steps=1, draft_vocab=None)
     out = run_train(cfg, log=lines.append).drafter
+    supervised = set()  # the samples' supervised (output) tokens, counted here independently
+    for row in map(json.loads, toy_samples.read_text().splitlines()):
+        mask = row.get("loss_mask") or [1] * len(row["output_ids"])
+        supervised |= {t for t, m in zip(row["output_ids"], mask, strict=True) if m}
+    n = len(supervised)
+    assert n < 1024  # the toy's vocabulary: a reduced head
     said = [line for line in lines if line.startswith("draft vocabulary:")]
     assert said == [
-        "draft vocabulary: 1024 of 1024 tokens, covering 100.00% of the supervised "
-        "tokens (the target's vocabulary (1024) is small: all of it)"
+        f"draft vocabulary: {n} of 1024 tokens, covering 100.00% of the supervised "
+        "tokens (every supervised token (fewer than 32000))"
     ]
     saved = json.loads((out / "drafter_config.json").read_text())
-    assert saved["draft_vocab_size"] == 1024
+    assert saved["draft_vocab_size"] == n

@@ -1,9 +1,10 @@
 """`eyas eval --backend vllm`: a trained toy drafter measured inside the real vLLM on CPU
 agrees with offline evaluation, and the served decoding is lossless against the baseline
 server (no target in this process); the servers eyas starts get the user's extra arguments.
-The drafter is trained with eyas's defaults (sized down by data and steps only): its draft
-vocabulary is the toy's whole vocabulary, the default a user gets, which vLLM refused before
-the export shipped no d2t for it (issue 35)."""
+The drafter is trained with eyas's defaults (sized down by data and steps only), the drafter a
+user gets: its draft vocabulary is the toy's supervised tokens. A drafter over the toy's whole
+vocabulary, which vLLM refused before the export shipped no d2t for it (issue 35), is served
+too."""
 
 import json
 
@@ -19,7 +20,8 @@ def test_served_acceptance_agrees_with_offline(
     tmp_path, vllm_python, toy_tiny, toy_samples, trained_drafter, monkeypatch
 ):
     drafter_config = json.loads((trained_drafter / "drafter_config.json").read_text())
-    assert drafter_config["draft_vocab_size"] == drafter_config["vocab_size"]  # the default
+    # the default: the supervised tokens, fewer than the toy's vocabulary
+    assert drafter_config["draft_vocab_size"] < drafter_config["vocab_size"]
     common = [
         "eval",
         "--target",
@@ -77,3 +79,42 @@ def test_served_acceptance_agrees_with_offline(
     assert "speculative_config" in next(
         x for x in (tmp_path / "vllm-spec.log").read_text().splitlines() if "non-default args" in x
     )
+
+
+def test_a_whole_vocabulary_drafter_is_served_as_trained(
+    tmp_path, vllm_python, toy_tiny, toy_samples
+):
+    """Issue 35: `--draft-vocab` at the target's whole vocabulary exports no d2t/t2d (vLLM's
+    `llama_eagle3.py` has no parameter for them then) and vLLM serves it, its drafts accepted
+    as offline."""
+    from eyas.train.loop import run_train
+    from train_helpers import toy_train_config
+
+    whole = json.loads((toy_tiny / "config.json").read_text())["vocab_size"]
+    cfg = toy_train_config(
+        toy_tiny, tmp_path / "t", data=toy_samples, steps=60, max_len=None, warmup_steps=5,
+        checkpoint_every=1000, draft_vocab=whole,
+    )  # fmt: skip
+    drafter = run_train(cfg, log=lambda s: None).drafter
+    assert json.loads((drafter / "drafter_config.json").read_text())["draft_vocab_size"] == whole
+    common = ["eval", "--target", str(toy_tiny), "--drafter", str(drafter), "--input"]
+    common += [str(toy_samples), "--k", "3", "--max-new-tokens", "48"]
+    offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])
+    assert offline.exit_code == 0, offline.output
+    served = CliRunner().invoke(
+        app,
+        [
+            *common,
+            "--backend",
+            "vllm",
+            "--engine-python",
+            str(vllm_python),
+            "--json",
+            str(tmp_path / "srv.json"),
+        ],
+    )
+    assert served.exit_code == 0, served.output
+    off = json.loads((tmp_path / "off.json").read_text())
+    srv = json.loads((tmp_path / "srv.json").read_text())
+    assert srv["acceptance_length"] > 1
+    assert abs(srv["acceptance_length"] - off["acceptance_length"]) <= 0.25, (srv, off)

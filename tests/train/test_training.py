@@ -213,7 +213,11 @@ def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_s
 
 
 def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_samples):
-    trained = run_train(cfg(toy_tiny, toy_samples, tmp_path / "t", steps=2), log=lambda s: None)
+    # the toy's whole vocabulary, asked for by size (issue 35's export; the default is reduced)
+    whole = json.loads((toy_tiny / "config.json").read_text())["vocab_size"]
+    trained = run_train(
+        cfg(toy_tiny, toy_samples, tmp_path / "t", steps=2, draft_vocab=whole), log=lambda s: None
+    )
     drafter_dir = trained.drafter
     assert drafter_dir == tmp_path / "t" / "drafter" and trained.steps == 2
     assert [m.step for m in trained.history] == [1, 2] and trained.history[-1].checkpoint
@@ -252,7 +256,7 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
     # round trip: exported tensors equal the trained ones (bf16)
     trained = load_drafter(drafter_dir)
     exported = load_file(str(tmp_path / "sglang" / "model.safetensors"))
-    whole_vocab = vl["draft_vocab_size"] == sg["vocab_size"]  # the default on the toy
+    whole_vocab = vl["draft_vocab_size"] == sg["vocab_size"]  # asked for above
     for k, v in trained.state_dict().items():
         if k in ("d2t", "t2d") and whole_vocab:  # the identity map: not shipped (issue 35)
             assert k not in exported, k
@@ -272,8 +276,8 @@ def test_export_round_trip_and_validator_failures(tmp_path, toy_tiny, toy_sample
             check_export(d)
         return str(exc.value)
 
-    # the default draft vocabulary is the toy's whole one: no mapping shipped, and one planted
-    # beside it is what vLLM refuses (issue 35; a reduced vocabulary without d2t:
+    # the toy's whole draft vocabulary: no mapping shipped, and one planted beside it is what
+    # vLLM refuses (issue 35; a reduced vocabulary without d2t:
     # test_engine_matrix's planted defects)
     v = sg["vocab_size"]
     assert vl["draft_vocab_size"] == v and "d2t" not in exported

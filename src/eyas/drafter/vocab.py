@@ -42,14 +42,16 @@ def build_vocab_mapping(counts: torch.Tensor, draft_vocab_size: int) -> dict:
     }
 
 
-# The default draft vocabulary (`eyas train` without --draft-vocab), chosen from the data:
-# DEFAULT_DRAFT_VOCAB tokens, unless the target's vocabulary is at most SMALL_TARGET_VOCAB
-# (a reduced head saves little there) or those tokens would cover less than MIN_COVERAGE of the
-# supervised tokens: a token outside the draft vocabulary is a certain rejection, so below 99%
-# at least one drafted position in a hundred is lost before the drafter is asked; then the full
-# vocabulary, as every published Kimi-K2.5 drafter keeps (TorchSpec configs).
+# The default draft vocabulary (`eyas train` without --draft-vocab), chosen from the data: the
+# DEFAULT_DRAFT_VOCAB most frequent supervised tokens (all of them when the data have fewer
+# distinct ones), unless those would cover less than MIN_COVERAGE of the supervised tokens: a
+# token outside the draft vocabulary is a certain rejection, so below 99% at least one drafted
+# position in a hundred is lost before the drafter is asked; then the full vocabulary, as every
+# published Kimi-K2.5 drafter keeps (TorchSpec configs).
+# A small target gets the same rule. Until 2026-12 it got its whole vocabulary, decided on one
+# toy run; a head over tokens the data never supervise costs more per step and learned slower
+# (docs/serving.md, "The draft vocabulary": bench/results/real_quality.json).
 DEFAULT_DRAFT_VOCAB = 32000
-SMALL_TARGET_VOCAB = 65536
 MIN_COVERAGE = 0.99
 
 
@@ -67,8 +69,6 @@ def choose_draft_vocab(counts: torch.Tensor, requested: int | None) -> dict:
     vocab_size = len(counts)
     if requested is not None:
         size, why = requested, f"--draft-vocab {requested}"
-    elif vocab_size <= SMALL_TARGET_VOCAB:
-        size, why = vocab_size, f"the target's vocabulary ({vocab_size}) is small: all of it"
     elif coverage_at(counts, DEFAULT_DRAFT_VOCAB) < MIN_COVERAGE:
         share = coverage_at(counts, DEFAULT_DRAFT_VOCAB)
         size = vocab_size
@@ -77,7 +77,12 @@ def choose_draft_vocab(counts: torch.Tensor, requested: int | None) -> dict:
             f"(< {MIN_COVERAGE:.0%}): the full vocabulary"
         )
     else:
-        size, why = DEFAULT_DRAFT_VOCAB, f"{DEFAULT_DRAFT_VOCAB} tokens cover >= {MIN_COVERAGE:.0%}"
+        distinct = int((counts > 0).sum())
+        if distinct and distinct < DEFAULT_DRAFT_VOCAB:
+            size, why = distinct, f"every supervised token (fewer than {DEFAULT_DRAFT_VOCAB})"
+        else:
+            size = DEFAULT_DRAFT_VOCAB
+            why = f"{DEFAULT_DRAFT_VOCAB} tokens cover >= {MIN_COVERAGE:.0%}"
     mapping = build_vocab_mapping(counts, size)
     if size >= vocab_size:  # the full vocabulary: every id, seen in the data or not
         mapping.update(_identity(vocab_size))

@@ -72,9 +72,9 @@ class TrainConfig(_Strict, MethodOptions):
     draft_vocab: int | None = Field(
         None,
         ge=2,
-        description="draft vocabulary size (default: 32000, or the full vocabulary when the "
-        "target's has at most 65536 tokens or 32000 would cover under 99% of the supervised "
-        "tokens)",
+        description="draft vocabulary size (default: the 32000 most frequent supervised "
+        "tokens, all of them when there are fewer, or the full vocabulary when 32000 would "
+        "cover under 99% of the supervised tokens)",
     )
     max_len: int | None = Field(
         None, ge=8, description="longest trained sequence (default: the target's context length)"
