@@ -102,7 +102,7 @@ def capture(
         return 0.0
     return cli(
         "capture", "--target", model, "--data", gen, "--out", cap, "--backend", "vllm",
-        "--vllm-python", vllm_python(), "--dtype", dtype, "--method", method, log=log,
+        "--engine-python", vllm_python(), "--dtype", dtype, "--method", method, log=log,
     )  # fmt: skip
 
 
@@ -187,6 +187,6 @@ def served(model: Path, drafter: Path, source: list, out: Path, log: Path, *flag
     servers started by eyas; `flags` adds eval flags (`--k`, `--baseline`, ...)."""
     cli(
         "eval", "--target", model, "--drafter", drafter, *source, "--backend", "vllm",
-        "--vllm-python", vllm_python(), *flags, "--json", out, log=log,
+        "--engine-python", vllm_python(), *flags, "--json", out, log=log,
     )  # fmt: skip
     return json.loads(out.read_text())
