@@ -157,3 +157,39 @@ def test_train_capture_export_eval(tmp_path, toy_tiny):
         "does not exist",
     )
     assert_user_error(run("toy", "build", "--preset", "huge"), "'huge' is not one of")
+
+
+def assert_refused_after_setup(result, reason: str):
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and reason in result.output, result.output
+
+
+def test_a_resume_with_options_that_build_another_drafter_is_refused(
+    tmp_path, toy_tiny, toy_samples
+):
+    """A resume's setup logs come first (the drafter is built to compare it), then one
+    error line. DCP loads only the tensors it is asked for: resumed with another --draft-vocab, a run
+    failed deep in DCP on a shape; resumed with the draft head frozen, it would have dropped the
+    trained head silently. Both are one error naming the option, and the checkpoint is kept."""
+    out = tmp_path / "o"
+    base = ["train", "--target", toy_tiny, "--data", toy_samples, "--out", out, "--ttt", 1]
+    base += ["--batch-tokens", 3000, "--max-len", 1024, "--checkpoint-every", 1]
+    first = run(*base, "--steps", 1)
+    assert first.exit_code == 0, first.output
+    saved = json.loads((out / "checkpoints" / "step-0000001" / "drafter_config.json").read_text())
+    other = saved["draft_vocab_size"] // 2  # the default is every supervised token: fewer
+    result = run(*base, "--steps", 2, "--draft-vocab", other)
+    assert_refused_after_setup(result, "checkpoint_mismatch")
+    assert f"draft_vocab_size {saved['draft_vocab_size']} saved, {other} now" in result.output
+    assert "d2t" in result.output
+    frozen = run(*base, "--steps", 2, "--draft-head", "frozen")
+    assert_refused_after_setup(frozen, "checkpoint_mismatch")
+    assert "'trained' saved, 'frozen' now" in frozen.output
+    assert "lm_head.weight" in frozen.output  # held by the checkpoint, not by a frozen head
+    assert [p.name for p in (out / "checkpoints").glob("step-*")] == ["step-0000001"]
+    again = run(*base, "--steps", 2)  # the options it was started with: it resumes
+    assert again.exit_code == 0, again.output
+    assert (out / "checkpoints" / "step-0000002").is_dir()

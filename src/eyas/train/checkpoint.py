@@ -293,6 +293,68 @@ def load_sharded(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
     return json.loads((path / STATE_FILE).read_text())
 
 
+def _saved_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The model tensors a checkpoint holds and their (global) shapes, read from its metadata
+    (DCP's `.metadata`, or the safetensors header of a whole checkpoint): no tensor is loaded."""
+    if (path / "dcp").is_dir():
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        meta = dcp.FileSystemReader(str(path / "dcp")).read_metadata().state_dict_metadata
+        return {
+            k.removeprefix("model."): tuple(m.size)
+            for k, m in meta.items()
+            if k.startswith("model.") and isinstance(m, TensorStorageMetadata)
+        }
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (no __iter__)
+
+
+# what a drafter config records besides its structure: they may differ on resume
+_NOT_STRUCTURE = {"extra", "eyas_version", "target_dir", "vocab", "max_position_embeddings"}
+
+
+def resume_mismatch(path: Path, model: nn.Module, config: dict) -> str | None:
+    """Why the checkpoint at `path` cannot resume into `model`, else None. DCP loads only the
+    tensors it is asked for, so a run whose options build another drafter (a different
+    `--draft-vocab`, the draft head frozen instead of trained, another method) would fail deep
+    in DCP on a shape, or worse resume silently without a tensor the checkpoint holds. The
+    options that differ (the saved `drafter_config.json` against `config`) name the cause."""
+    saved = _saved_shapes(path)
+    whole = not (path / "dcp").is_dir()  # a whole checkpoint holds the frozen tensors too
+    frozen = set() if whole else frozen_names(model)
+    now = {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in frozen}
+    shapes = [
+        f"{k} {list(saved[k])} saved, {list(now[k])} now"
+        for k in sorted(now.keys() & saved.keys())
+        if saved[k] != now[k]
+    ]
+    missing = sorted(now.keys() - saved.keys())
+    extra = sorted(saved.keys() - now.keys())
+    if not (shapes or missing or extra):
+        return None
+    parts = shapes[:3]
+    if missing:
+        parts.append(f"not in the checkpoint: {', '.join(missing[:3])}")
+    if extra:
+        parts.append(f"in the checkpoint, not in this drafter: {', '.join(extra[:3])}")
+    was_file = path / "drafter_config.json"
+    was = json.loads(was_file.read_text()) if was_file.exists() else {}
+    now_cfg = json.loads(json.dumps(config))  # as the file holds it (tuples as lists)
+    options = [
+        f"{k} {was[k]!r} saved, {now_cfg[k]!r} now"
+        for k in sorted(was.keys() & now_cfg.keys() - _NOT_STRUCTURE)
+        if was[k] != now_cfg[k]
+    ]
+    why = f" ({'; '.join(options)})" if options else ""
+    return (
+        f"{path} holds another drafter than this run builds{why}: {'; '.join(parts)}. "
+        "Resume with the options the run was started with, or train into a new --out"
+    )
+
+
 def load_checkpoint(path: Path, model, optimizer, scheduler, sharded: bool = False) -> dict:
     """A sharded checkpoint (`load_sharded`), or a whole one of eyas < 0.10: every rank reads
     the file; with FSDP2 each keeps its own shard."""

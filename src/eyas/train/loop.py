@@ -56,6 +56,7 @@ from eyas.train.checkpoint import (
     full_state,
     latest_checkpoint,
     load_checkpoint,
+    resume_mismatch,
     save_drafter,
     save_sharded,
 )
@@ -233,6 +234,9 @@ class Trainer:
         self.ckpt_root = self.cfg.out / "checkpoints"
         ckpt = latest_checkpoint(self.ckpt_root)
         if ckpt is not None:
+            why = resume_mismatch(ckpt, self.raw_model, self._drafter_config())
+            if why:
+                raise EyasError("checkpoint_mismatch", why)
             state = load_checkpoint(
                 ckpt, self.raw_model, self.optimizer, self.scheduler, self.sharded
             )
@@ -560,11 +564,13 @@ class Trainer:
                 self.save_checkpoint()
         return history
 
+    def _drafter_config(self) -> dict:
+        return {"method": self.raw_model.config.method, **self.raw_model.config.to_dict()}
+
     def save_checkpoint(self) -> None:
         # A collective: every rank writes its own shard, rank 0 commits and prunes.
         config = {
-            "method": self.raw_model.config.method,
-            **self.raw_model.config.to_dict(),
+            **self._drafter_config(),
             "eyas_version": __version__,
             "target_dir": str(self.cfg.target),
             "vocab": self.vocab_info,
