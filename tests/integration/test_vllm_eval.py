@@ -16,49 +16,46 @@ from eyas.cli import app
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
+def _offline_then_served(
+    tmp_path, target, drafter, samples, vllm_python, *served_args, before_served=None
+) -> tuple[dict, dict]:
+    """`eyas eval` of DRAFTER offline, then served in vLLM (with SERVED_ARGS): both reports."""
+    common = ["eval", "--target", str(target), "--drafter", str(drafter), "--input"]
+    common += [str(samples), "--k", "3", "--max-new-tokens", "48"]
+    offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])
+    assert offline.exit_code == 0, offline.output
+    if before_served:
+        before_served()
+    served = CliRunner().invoke(
+        app,
+        [
+            *common,
+            *("--backend", "vllm", "--engine-python", str(vllm_python)),
+            *served_args,
+            *("--json", str(tmp_path / "srv.json")),
+        ],
+    )
+    assert served.exit_code == 0, served.output
+    off = json.loads((tmp_path / "off.json").read_text())
+    return off, json.loads((tmp_path / "srv.json").read_text())
+
+
 def test_served_acceptance_agrees_with_offline(
     tmp_path, vllm_python, toy_tiny, toy_samples, trained_drafter, monkeypatch
 ):
     drafter_config = json.loads((trained_drafter / "drafter_config.json").read_text())
     # the default: the supervised tokens, fewer than the toy's vocabulary
     assert drafter_config["draft_vocab_size"] < drafter_config["vocab_size"]
-    common = [
-        "eval",
-        "--target",
-        str(toy_tiny),
-        "--drafter",
-        str(trained_drafter),
-        "--input",
-        str(toy_samples),
-        "--k",
-        "3",
-        "--max-new-tokens",
-        "48",
-    ]
-    offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])
-    assert offline.exit_code == 0, offline.output
 
     def refuse(*a, **k):
         raise AssertionError("served evaluation loaded the target in process")
 
-    monkeypatch.setattr("eyas.hf_models.load_frozen_lm", refuse)
-    served = CliRunner().invoke(
-        app,
-        [
-            *common,
-            "--backend",
-            "vllm",
-            "--engine-python",
-            str(vllm_python),
-            "--engine-arg=--max-num-seqs=64",  # reaches both servers verbatim
-            "--baseline",
-            "--json",
-            str(tmp_path / "srv.json"),
-        ],
-    )
-    assert served.exit_code == 0, served.output
-    off = json.loads((tmp_path / "off.json").read_text())
-    srv = json.loads((tmp_path / "srv.json").read_text())
+    off, srv = _offline_then_served(
+        tmp_path, toy_tiny, trained_drafter, toy_samples, vllm_python,
+        "--engine-arg=--max-num-seqs=64",  # reaches both servers verbatim
+        "--baseline",
+        before_served=lambda: monkeypatch.setattr("eyas.hf_models.load_frozen_lm", refuse),
+    )  # fmt: skip
     # served outputs equal the baseline server's, which agrees with itself across two runs
     assert srv["lossless"] is True
     check = srv["lossless_check"]
@@ -97,24 +94,6 @@ def test_a_whole_vocabulary_drafter_is_served_as_trained(
     )  # fmt: skip
     drafter = run_train(cfg, log=lambda s: None).drafter
     assert json.loads((drafter / "drafter_config.json").read_text())["draft_vocab_size"] == whole
-    common = ["eval", "--target", str(toy_tiny), "--drafter", str(drafter), "--input"]
-    common += [str(toy_samples), "--k", "3", "--max-new-tokens", "48"]
-    offline = CliRunner().invoke(app, [*common, "--json", str(tmp_path / "off.json")])
-    assert offline.exit_code == 0, offline.output
-    served = CliRunner().invoke(
-        app,
-        [
-            *common,
-            "--backend",
-            "vllm",
-            "--engine-python",
-            str(vllm_python),
-            "--json",
-            str(tmp_path / "srv.json"),
-        ],
-    )
-    assert served.exit_code == 0, served.output
-    off = json.loads((tmp_path / "off.json").read_text())
-    srv = json.loads((tmp_path / "srv.json").read_text())
+    off, srv = _offline_then_served(tmp_path, toy_tiny, drafter, toy_samples, vllm_python)
     assert srv["acceptance_length"] > 1
     assert abs(srv["acceptance_length"] - off["acceptance_length"]) <= 0.25, (srv, off)
