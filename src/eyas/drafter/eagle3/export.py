@@ -251,25 +251,33 @@ def read_config(cfg: dict) -> Eagle3Config:
             "the config names no eagle_aux_hidden_state_layer_ids: which target layers it "
             "fuses is unknown"
         )
-    hidden, heads = layer["hidden_size"], layer["num_attention_heads"]
-    theta, scaling = read_rope_fields(layer)
     return Eagle3Config(
-        hidden_size=hidden,
-        intermediate_size=layer["intermediate_size"],
-        num_attention_heads=heads,
-        num_key_value_heads=layer.get("num_key_value_heads", heads),
-        vocab_size=layer["vocab_size"],
-        draft_vocab_size=cfg.get("draft_vocab_size") or layer["vocab_size"],
-        target_hidden_size=cfg.get("target_hidden_size") or hidden,
-        aux_layer_ids=list(aux),
-        max_position_embeddings=layer.get("max_position_embeddings", 4096),
-        rms_norm_eps=layer.get("rms_norm_eps", 1e-6),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        head_dim=layer.get("head_dim") or hidden // heads,
+        **exported_layer_fields(cfg, layer, aux),
         extra={"aux_layer_rule": aux_layer_rule(cfg)},
         **norms,
     )
+
+
+def exported_layer_fields(cfg: dict, layer: dict, aux: list[int]) -> dict[str, Any]:
+    """The decoder layer's fields of an exported EAGLE-3-shaped config (speculators' or
+    SGLang's), as a drafter config takes them: read alike by EAGLE-3 and P-EAGLE."""
+    hidden, heads = layer["hidden_size"], layer["num_attention_heads"]
+    theta, scaling = read_rope_fields(layer)
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": layer["intermediate_size"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": layer.get("num_key_value_heads", heads),
+        "vocab_size": layer["vocab_size"],
+        "draft_vocab_size": cfg.get("draft_vocab_size") or layer["vocab_size"],
+        "target_hidden_size": cfg.get("target_hidden_size") or hidden,
+        "aux_layer_ids": list(aux),
+        "max_position_embeddings": layer.get("max_position_embeddings", 4096),
+        "rms_norm_eps": layer.get("rms_norm_eps", 1e-6),
+        "rope_theta": theta,
+        "rope_scaling": scaling,
+        "head_dim": layer.get("head_dim") or hidden // heads,
+    }
 
 
 def layout_problems(cfg: dict) -> list[str]:

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from eyas import __version__
 from eyas.backends.vllm import conventions as vllm
-from eyas.drafter.eagle3.export import llama_fields
+from eyas.drafter.eagle3.export import exported_layer_fields, llama_fields
 from eyas.drafter.method import DrafterLoadError
 from eyas.drafter.peagle.model import PEagleConfig
-from eyas.drafter.rope import read_rope_fields
 from eyas.hf_models import TargetModel
 
 PEAGLE_TYPE = "peagle"
@@ -115,22 +114,8 @@ def read_config(cfg: dict) -> PEagleConfig:
     if cfg.get(MASK_KEY) is None:
         raise DrafterLoadError("the P-EAGLE config names no mask_token_id")
     proposals = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
-    hidden, heads = layer["hidden_size"], layer["num_attention_heads"]
-    theta, scaling = read_rope_fields(layer)
     return PEagleConfig(
-        hidden_size=hidden,
-        intermediate_size=layer["intermediate_size"],
-        num_attention_heads=heads,
-        num_key_value_heads=layer.get("num_key_value_heads", heads),
-        vocab_size=layer["vocab_size"],
-        draft_vocab_size=cfg.get("draft_vocab_size") or layer["vocab_size"],
-        target_hidden_size=cfg.get("target_hidden_size") or hidden,
-        aux_layer_ids=list(aux),
-        max_position_embeddings=layer.get("max_position_embeddings", 4096),
-        rms_norm_eps=layer.get("rms_norm_eps", 1e-6),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        head_dim=layer.get("head_dim") or hidden // heads,
+        **exported_layer_fields(cfg, layer, aux),
         norm_before_residual=bool(cfg.get("norm_before_residual", NORM_BEFORE_RESIDUAL_DEFAULT)),
         mask_token_id=int(cfg[MASK_KEY]),
         depths=max(2, int(proposals[0].get("speculative_tokens") or 8)),
