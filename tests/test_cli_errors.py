@@ -185,7 +185,7 @@ def test_a_resume_with_options_that_build_another_drafter_is_refused(
     assert_refused_after_setup(result, "checkpoint_mismatch")
     assert f"draft_vocab_size {saved['draft_vocab_size']} saved, {other} now" in result.output
     assert "d2t" in result.output
-    frozen = run(*base, "--steps", 2, "--draft-head", "frozen")
+    frozen = run(*base, "--steps", 2, "--eagle3.draft-head", "frozen")
     assert_refused_after_setup(frozen, "checkpoint_mismatch")
     assert "'trained' saved, 'frozen' now" in frozen.output
     assert "lm_head.weight" in frozen.output  # held by the checkpoint, not by a frozen head
