@@ -123,6 +123,14 @@ ARMS = [
         train={"draft_vocab": 16384, "eagle3": {"draft_head": "frozen"}},
         note="16k draft vocabulary, draft head frozen (speculators' choice)",
     ),
+    # speculators' drafter differs from eyas's default in its residual too (norm before it):
+    # that choice on eyas's side, a whole curve
+    Arm(
+        "eagle3-vocab16k-norm-before-residual",
+        "main",
+        train={"draft_vocab": 16384, "eagle3": {"norm_before_residual": True}},
+        note="16k draft vocabulary, residual from hidden_norm (speculators' default)",
+    ),
     Arm("eagle3.1", "main", method="eagle3.1"),
     Arm("dflash", "main", method="dflash"),
     # decision arms: one choice away from eagle3-vocab16k (the draft head's is the main arm

@@ -128,6 +128,7 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
             norm_output=self.v31,
             attention=attention,
             draft_head=train_cfg.eagle3.draft_head,
+            norm_before_residual=train_cfg.eagle3.norm_before_residual,
             **(asdict(mla) if mla is not None else {}),
             extra={"shape": why},
         )

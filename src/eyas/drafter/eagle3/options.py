@@ -19,3 +19,9 @@ class Eagle3Options(Strict):
         "target's head rows either way: trained with the drafter, or frozen (speculators' "
         "choice; fewer trainable parameters and FLOPs)",
     )
+    norm_before_residual: bool = Field(
+        False,
+        description="the residual stream starts from hidden_norm(fused) instead of the fused "
+        "state (speculators' default); vLLM serves it, SGLang's llama_eagle3.py cannot "
+        "(`--format sglang` refuses it)",
+    )
