@@ -1018,6 +1018,13 @@ def _frozen_head(a: dict) -> bool:
     return ((a.get("train") or {}).get("eagle3") or {}).get("draft_head") == "frozen"
 
 
+def _speculators_choice(a: dict) -> bool:
+    """An eyas arm that takes one of the choices speculators' drafter makes (its draft head
+    frozen; its residual from hidden_norm, `norm_before_residual`)."""
+    eagle3 = (a.get("train") or {}).get("eagle3") or {}
+    return _frozen_head(a) or bool(eagle3.get("norm_before_residual"))
+
+
 def _decision_lines(arms: dict) -> list[str]:
     """Every eyas arm but the default (eagle3) against the arm it is one choice away from
     (`_base_arm`): at its last step, and at that arm's last point within the same training
@@ -1061,7 +1068,7 @@ def _goal_lines(arms: dict) -> list[str]:
         # the arm speculators trained beside, and the one that differs from it only by a frozen
         # draft head (speculators freezes its own): the same batches, like for like
         for eyas in [a["peer_of"]]
-        + [n for n in arms if _base_arm(n, arms) == a["peer_of"] and _frozen_head(arms[n])]
+        + [n for n in arms if _base_arm(n, arms) == a["peer_of"] and _speculators_choice(arms[n])]
     ]
     for peer, eyas in pairs:
         a = {**arms[peer], "peer_of": eyas}
@@ -1097,7 +1104,13 @@ def _goal_lines(arms: dict) -> list[str]:
                 f"{ratio(x['acceptance_length'], y['acceptance_length'])}."
             )
     head = "Goal, eyas ≥ 1.05× speculators' served acceptance length on the same batches:"
-    if not lines:
+    lines.append(
+        "- speculators' drafter is not eyas's default one: it freezes its draft head and "
+        "starts its layer's residual from `hidden_norm` (`norm_before_residual`, its training "
+        "schema's default; bench/peer_speculators_model.py). The eyas arms with either choice "
+        "are compared with it above as well."
+    )
+    if len(lines) == 1:
         return [f"{head} not measurable yet (no pair of curves with points).", ""]
     return [head, "", *lines, ""]
 
