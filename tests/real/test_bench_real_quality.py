@@ -89,3 +89,14 @@ def test_the_smoke_run_measures_a_point_and_resumes(tmp_path, smollm2, vllm_pyth
     arm = json.loads(out.read_text())["arms"][ARM]
     assert arm["status"] == "not_run" and arm["reason"].startswith("definition_changed")
     assert arm["points"] == moved["arms"][ARM]["points"]
+
+    # a plateau called before this run's --min-plateau-steps is not one: the curve goes on
+    # (here at the smoke run's step cap, so it ends there without training again)
+    early = json.loads(out.read_text())
+    defined = {k: v for k, v in arm["train"].items() if k != "ttt"}  # as before the change
+    early["arms"][ARM].update(status="plateau", train=defined)
+    early["arms"][ARM].pop("reason", None)
+    out.write_text(json.dumps(early))
+    _run(work, out)
+    arm = json.loads(out.read_text())["arms"][ARM]
+    assert arm["status"] == "step_cap" and arm["points"] == early["arms"][ARM]["points"]
