@@ -1104,15 +1104,15 @@ def _goal_lines(arms: dict) -> list[str]:
                 f"{ratio(x['acceptance_length'], y['acceptance_length'])}."
             )
     head = "Goal, eyas ≥ 1.05× speculators' served acceptance length on the same batches:"
-    lines.append(
+    if not lines:
+        return [f"{head} not measurable yet (no pair of curves with points).", ""]
+    differs = (
         "- speculators' drafter is not eyas's default one: it freezes its draft head and "
         "starts its layer's residual from `hidden_norm` (`norm_before_residual`, its training "
         "schema's default; bench/peer_speculators_model.py). The eyas arms with either choice "
         "are compared with it above as well."
     )
-    if len(lines) == 1:
-        return [f"{head} not measurable yet (no pair of curves with points).", ""]
-    return [head, "", *lines, ""]
+    return [head, "", *lines, differs, ""]
 
 
 def r_train(d: dict) -> Section:
