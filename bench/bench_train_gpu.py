@@ -16,7 +16,8 @@ target's ranks), and a Llama-shaped verifier of the same width (64 heads of 128,
 bf16 autocast, fp32 AdamW, one random sequence per case.
 
 Defaults: eyas trains its draft head and runs its fast path on CUDA (activation checkpointing
-`auto`: on above 4,096 tokens); speculators freezes its head (`simple_flex_attention`, eager KL
+`auto`, resolved as `eyas train` does on the device: off up to the tokens whose step fits 80% of
+the GPU by the estimate, at least 4,096); speculators freezes its head (`simple_flex_attention`, eager KL
 loss: its fused loss failed under torch 2.11 on 2026-12-04). Equal trainable parameters: eyas
 with `--eagle3.draft-head frozen` against speculators' default (756M each), and eyas's default against
 speculators with its head trained (985M each).
@@ -51,6 +52,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 TTT, DECAY = 7, 0.8
 K = 1024
+# How eyas's `auto` activation checkpointing was decided: "device" since 2026-12-07 (by the GPU's
+# memory, `eyas.train.budget.auto_checkpointing_above`); cases measured before (on above 4,096
+# tokens) carry no rule, and `--fill` does not keep them: they ran another configuration.
+AC_RULE = "device"
 
 # (name, side, target, attention, tokens, draft head, fast path), in the order they run
 CASES = [
@@ -107,7 +112,7 @@ def eyas_case(spec: dict) -> dict:
     from eyas.drafter.fast_path import fast_path_on, loss_compiled
     from eyas.drafter.loss import Teacher, resolved
     from eyas.testing.wide import eagle3_drafter, random_batch
-    from eyas.train.budget import trainer_budget
+    from eyas.train.budget import resolved_checkpointing_above, trainer_budget
 
     dev = _device()
     target, tokens = Path(spec["target_dir"]), spec["tokens"]
@@ -130,12 +135,20 @@ def eyas_case(spec: dict) -> dict:
     ids, sup, aux, final = random_batch(d, tokens, dev)
     from eyas.drafter.memory import checkpointing_on
 
-    ac = checkpointing_on(tcfg, tokens)
     fast = fast_path_on(tcfg, dev)
-    budget = trainer_budget(
-        model, head, d.n_aux, TTT, tokens, 1, False, dev, checkpointing=ac, dtype_bytes=2,
-        fast=fast,
-    )  # fmt: skip
+
+    def budget_of(ac: bool):
+        return trainer_budget(
+            model, head, d.n_aux, TTT, tokens, 1, False, dev, checkpointing=ac, dtype_bytes=2,
+            fast=fast,
+        )  # fmt: skip
+
+    # `auto` as `eyas train` resolves it on this device (the Trainer's _resolve_checkpointing)
+    above = resolved_checkpointing_above(tcfg, lambda: budget_of(False), dev)
+    if above is not None:
+        tcfg.activation_checkpointing_above = above
+    ac = checkpointing_on(tcfg, tokens)
+    budget = budget_of(ac)
 
     def step() -> float:
         prep = method.prepare(model, ids, sup, train_cfg=tcfg, seeds=[0])
@@ -170,6 +183,8 @@ def eyas_case(spec: dict) -> dict:
     return {
         "trainable_parameters": sum(p.numel() for p in params),
         "activation_checkpointing": ac,
+        "activation_checkpointing_above": getattr(tcfg, "activation_checkpointing_above", None),
+        "ac_rule": AC_RULE,
         "fast_path": fast,
         "loss_compiled": loss_compiled(tcfg),
         "step_seconds": [round(x, 4) for x in times],
@@ -433,7 +448,8 @@ def main() -> None:
     if args.fill is not None:  # measured cases of an earlier run, each with its own date
         earlier = json.loads(args.fill.read_text())
         for c in earlier.get("cases", []):
-            if c.get("tokens_per_s") and earlier.get("device") == record["device"]:
+            current = c.get("side") != "eyas" or c.get("ac_rule") == AC_RULE
+            if c.get("tokens_per_s") and earlier.get("device") == record["device"] and current:
                 kept[(c["name"], c["tokens"])] = {"measured": earlier.get("date"), **c}
         record["filled_from"] = str(args.fill)
 

@@ -1414,6 +1414,21 @@ def r_train_budget(d: dict) -> Section:
          "activations GB", "input states GB", "total GB", "GFLOP/token", "tokens/s (run)"],
         rows,
     )  # fmt: skip
+    auto = d.get("auto_checkpointing")
+    if auto:
+        s.lines += [
+            "What `--activation-checkpointing auto` resolves to on these estimates (the fast "
+            "path; a micro-batch of more tokens recomputes; at least 4,096):",
+            "",
+        ]
+        s.lines += table(
+            ["device", "memory GiB", "attention", "draft head", "GPUs", "AC off up to tokens"],
+            [
+                [r["device"], r["capacity_gib"], r["attention"], r["draft_head"], r["gpus"],
+                 r["ac_off_up_to_tokens"]]
+                for r in auto
+            ],
+        )  # fmt: skip
     return s
 
 

@@ -1,7 +1,9 @@
 """bench/bench_train_gpu.py at toy width on CPU (`--tiny`), so the GPU benchmark cannot rot
 between the sessions that have a GPU: the path check, eyas's cases on both paths and
 speculators' case (in its own venv) all run, every case's losses fall, and at equal settings
-eyas with its head frozen trains exactly as many parameters as speculators as it ships."""
+eyas with its head frozen trains exactly as many parameters as speculators as it ships; `--fill`
+keeps measured cases but reruns an eyas case measured under another activation-checkpointing
+rule."""
 
 import json
 import subprocess
@@ -51,16 +53,26 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
         and compiled["trainable_parameters"]
         == (cases[("eyas kimi mla", 128)]["trainable_parameters"])
     )
-    # --fill keeps an earlier run's measured cases and runs only the rest: here, none
+    # auto activation checkpointing as `eyas train` resolves it: off a GPU, nothing resolved
+    assert all(c["ac_rule"] == "device" for c in data["cases"] if c["side"] == "eyas")
+    assert eyas["activation_checkpointing_above"] is None
+    # --fill keeps an earlier run's measured cases and runs only the rest: here, the one eyas
+    # case made to look measured under the rule before 2026-12-07 (no `ac_rule`)
+    earlier = json.loads(out.read_text())
+    old = next(c for c in earlier["cases"] if c["name"] == "eyas llama frozen")
+    del old["ac_rule"]
+    out.write_text(json.dumps(earlier))
     again = tmp_path / "again.json"
     subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_train_gpu.py"), "--tiny", "--out", str(again),
          "--fill", str(out), "--no-check"],
         check=True, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    refilled = json.loads(again.read_text())
-    assert refilled["path_check"] == {"skipped": "--no-check"}
-    assert [{k: v for k, v in c.items() if k != "measured"} for c in refilled["cases"]] == data[
-        "cases"
-    ]
-    assert all(c["measured"] == data["date"] for c in refilled["cases"])
+    refilled = {(c["name"], c["tokens"]): c for c in json.loads(again.read_text())["cases"]}
+    assert json.loads(again.read_text())["path_check"] == {"skipped": "--no-check"}
+    assert refilled.keys() == cases.keys()
+    rerun = refilled.pop(("eyas llama frozen", 128))
+    assert "measured" not in rerun and rerun["ac_rule"] == "device" and rerun["tokens_per_s"] > 0
+    for key, case in refilled.items():
+        assert case["measured"] == data["date"]
+        assert {k: v for k, v in case.items() if k != "measured"} == cases[key]

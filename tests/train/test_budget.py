@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from eyas.train.budget import MEASURED_MFU, kimi_table, measured_mfu
+from eyas.drafter.memory import AC_AUTO_TOKENS, AC_OFF_SHARE
+from eyas.train.budget import (
+    MEASURED_MFU,
+    Budget,
+    auto_checkpointing_above,
+    kimi_table,
+    measured_mfu,
+    resolved_checkpointing_above,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_GB = 139.8  # what torch.cuda reported as the device's capacity in those runs
@@ -94,3 +102,49 @@ def test_the_fast_path_budget_matches_the_measured_gpu_rows(case):
     assert budget["trainable_params"] == case["trainable_parameters"]
     assert budget["total_gb"] == pytest.approx(case["peak_gb"], rel=0.10)
     assert budget["tokens_per_s"] == pytest.approx(case["tokens_per_s"], rel=0.10)
+
+
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_auto_checkpointing_keeps_it_off_exactly_where_the_h200_runs_fit(attention):
+    """`auto`'s device rule on the 2026-12-04 configurations (reference path, the H200's
+    139.8 GiB): for every length measured without AC, the rule turns AC off exactly when the
+    measured peak was within `AC_OFF_SHARE` of the device, and every length that ran out of
+    memory without AC is over the threshold. The threshold depends on no length: the estimate
+    without AC at 4k tokens gives it."""
+    capacity = int(H200_GB * 2**30)
+    off = Budget(
+        **kimi_table(
+            gpus=(1,), tokens_per_rank=4096, checkpointing=False, attention=attention, fast=False
+        )[0]
+    )
+    above = auto_checkpointing_above(off, capacity)
+    rows = [c for c in _rows() if c["attention"] == attention and c["ac"] == "off"]
+    assert {c["tokens"] for c in rows} == {4096, 16384, 32768}
+    for case in rows:
+        if "oom" in case:
+            assert case["tokens"] > above, (case["tokens"], above)
+        else:
+            fits = case["peak_gb"] * 1e9 <= AC_OFF_SHARE * capacity
+            assert (case["tokens"] <= above) == fits, (case["tokens"], case["peak_gb"], above)
+
+
+def test_auto_checkpointing_is_resolved_on_a_gpu_only_and_never_below_the_old_rule(monkeypatch):
+    from types import SimpleNamespace
+
+    from eyas.drafter import memory
+
+    off = Budget(**kimi_table(gpus=(1,), tokens_per_rank=4096, checkpointing=False)[0])
+    auto = SimpleNamespace(activation_checkpointing="auto", activation_checkpointing_above=None)
+    monkeypatch.setattr(memory, "device_memory_bytes", lambda device: 80 * 10**9)
+    above = resolved_checkpointing_above(auto, lambda: off, "cuda:0")
+    assert above == auto_checkpointing_above(off, 80 * 10**9) and above % 1024 == 0
+    # the estimate without AC at the threshold fits the share; 1,024 tokens more does not
+    grown = off.total_gb * 1e9 + (above - off.tokens_per_rank) * off.bytes_per_token
+    assert grown <= AC_OFF_SHARE * 80e9 < grown + 1024 * off.bytes_per_token
+    assert resolved_checkpointing_above(auto, lambda: off, "cpu") is None
+    given = SimpleNamespace(activation_checkpointing="auto", activation_checkpointing_above=8192)
+    assert resolved_checkpointing_above(given, lambda: off, "cuda:0") is None
+    on = SimpleNamespace(activation_checkpointing="on", activation_checkpointing_above=None)
+    assert resolved_checkpointing_above(on, lambda: off, "cuda:0") is None
+    # a device too small for a step without AC at any length keeps the old rule, not less
+    assert auto_checkpointing_above(off, 20 * 10**9) == AC_AUTO_TOKENS

@@ -257,7 +257,7 @@ def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_sam
     from eyas.drafter.memory import ActivationShape, activation_elements_per_token
     from eyas.train.budget import ACTIVATION_FACTOR
 
-    budget = trainer._budget()
+    budget = trainer._printed_budget()
     shape = ActivationShape.of_config(trainer.raw_model.config)
     assert shape.hidden == trainer.raw_model.config.hidden_size
     size = 2 if trainer.bf16 else 4
@@ -266,6 +266,9 @@ def test_train_says_what_it_will_need_before_it_runs(tmp_path, toy_tiny, toy_sam
     factor = ACTIVATION_FACTOR[("reference", "mha", on)]  # CPU: the reference path
     assert budget.activations_gb == round(factor * size * count * 3000 / 1e9, 2) > 0
     assert budget.activation_checkpointing == on
+    # off a GPU `auto` keeps its fixed threshold: nothing resolved, nothing said about it
+    assert trainer.cfg.activation_checkpointing_above is None
+    assert not any(x.startswith("activation checkpointing (auto)") for x in lines)
 
 
 def test_an_id_two_jobs_captured_is_packed_once(tmp_path):

@@ -107,6 +107,7 @@ def capture(cfg: CaptureConfig) -> None:
     "fsdp",
     "precision",
     "activation_checkpointing",
+    "activation_checkpointing_above",
     "fast_path",
     "checkpoint_every",
     "keep_last",

@@ -3,9 +3,15 @@
 Activation checkpointing (AC) keeps, per TTT step (per draft layer for DFlash), only what the
 next step reads (the fed-back hidden state, the normalised state the loss reads, the step's
 keys and values) and recomputes the layer's inside in backward: one more forward of the layer
-per step. `auto` turns it on for micro-batches wider than `AC_AUTO_TOKENS` tokens, where the
-kept activations start to dominate a rank's memory (bench/bench_train_memory.py measures the
-saving and the step-time cost; docs/training-checkpoints.md quotes them).
+per step. `auto` turns it on for micro-batches of more than `ac_threshold` tokens (rows x
+width, padding included: what the activations scale with). The threshold is
+`--activation-checkpointing-above`; left unset it is `AC_AUTO_TOKENS` off a GPU, and on a GPU
+the most tokens whose step fits `AC_OFF_SHARE` of its memory without AC by the per-GPU estimate
+(`eyas.train.budget.auto_checkpointing_above`, which `eyas train` resolves once at setup), at
+least `AC_AUTO_TOKENS`. AC costs a forward of the layer per step (at 16k tokens on an H200 the
+step took 15-17% longer with it, bench/results/train_h200_reference.json), so it is paid only
+where memory asks for it. bench/bench_train_memory.py measures the saving and the step-time
+cost; docs/training-checkpoints.md quotes them.
 
 `activation_elements_per_token` counts a drafter's activations by element from its shape (MHA
 or MLA attention, TTT steps, AC on or off); it is the one count of them: `default_max_len` (the
@@ -21,15 +27,25 @@ from typing import Any
 
 from eyas.drafter.settings import MethodTrainSettings
 
-AC_AUTO_TOKENS = 4096
+AC_AUTO_TOKENS = 4096  # auto's threshold where the device's memory is not read (CPU)
+# Of a GPU's memory, what auto lets a step without AC take by the estimate: the estimate is
+# within 10% of every measured H200 peak (tests/train/test_budget.py), so 0.8 leaves room for
+# its error and the allocator's fragmentation.
+AC_OFF_SHARE = 0.8
 MIN_DEFAULT_MAX_LEN = 2048
 DEVICE_SHARE = 0.5  # of the device's memory, for activations (the rest: weights, optimizer, slack)
 
 
-def checkpointing_on(train_cfg: MethodTrainSettings, width: int) -> bool:
-    """Whether a micro-batch `width` tokens wide recomputes the drafter's layer in backward."""
+def ac_threshold(train_cfg: MethodTrainSettings) -> int:
+    """Tokens per micro-batch above which `auto` recomputes (module docstring)."""
+    return getattr(train_cfg, "activation_checkpointing_above", None) or AC_AUTO_TOKENS
+
+
+def checkpointing_on(train_cfg: MethodTrainSettings, tokens: int) -> bool:
+    """Whether a micro-batch of `tokens` tokens (rows x width, padding included) recomputes
+    the drafter's layer in backward."""
     mode = getattr(train_cfg, "activation_checkpointing", "off")
-    return mode == "on" or (mode == "auto" and width > AC_AUTO_TOKENS)
+    return mode == "on" or (mode == "auto" and tokens > ac_threshold(train_cfg))
 
 
 @dataclass(frozen=True)

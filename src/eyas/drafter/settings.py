@@ -23,4 +23,5 @@ class MethodTrainSettings(Protocol):
     intermediate_size: int | None
     attention: Literal["mha", "mla"] | None
     activation_checkpointing: Literal["auto", "on", "off"]
+    activation_checkpointing_above: int | None  # auto's threshold in tokens (`memory.ac_threshold`)
     fast_path: Literal["auto", "on", "compiled", "off"]

@@ -28,9 +28,15 @@ for MLA over the 2026-12-04 rows), times the GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from eyas.drafter.memory import ActivationShape, activation_elements_per_token
+from eyas.drafter.memory import (
+    AC_AUTO_TOKENS,
+    AC_OFF_SHARE,
+    ActivationShape,
+    activation_elements_per_token,
+)
 from eyas.train.step_flops import step_flops
 
 # Dense bf16 peak (FLOP/s) by device name fragment; None: no throughput estimate.
@@ -82,6 +88,7 @@ class Budget:
     activations_gb: float
     states_gb: float
     total_gb: float
+    bytes_per_token: int  # activations and input states: what grows with the tokens
     gflop_per_token: float  # FlopCounterMode's count (dense attention)
     flops_per_step: int
     tokens_per_s: float | None  # for the whole run (all ranks); None without a known peak
@@ -92,6 +99,7 @@ class Budget:
     path: str = "reference"
 
     def line(self) -> str:
+        ac = " (checkpointed)" if self.activation_checkpointing else ""
         speed = (
             f", ~{self.tokens_per_s / 1e3:,.1f}k tokens/s over {self.world} GPU(s) at "
             f"{self.mfu:.0%} MFU ({self.mfu_source})"
@@ -102,7 +110,7 @@ class Budget:
             f"memory estimate per GPU: {self.total_gb:.1f} GB (weights and optimizer "
             f"{self.trainable_gb:.1f}, frozen target tensors {self.frozen_gb:.1f}, gradients and "
             f"bf16 copies {self.step_gb:.1f}, activations {self.activations_gb:.1f} for "
-            f"{self.tokens_per_rank:,} tokens, input states {self.states_gb:.2f}); "
+            f"{self.tokens_per_rank:,} tokens{ac}, input states {self.states_gb:.2f}); "
             f"{self.gflop_per_token:.0f} GFLOP per token{speed}"
         )
 
@@ -178,6 +186,7 @@ def estimate(
         step_gb=round(step_gb, 2),
         activations_gb=round(act_gb, 2),
         states_gb=round(states_gb, 3),
+        bytes_per_token=round((act_gb + states_gb) * gb / t),
         total_gb=round(trainable_gb + frozen_bytes / gb + step_gb + act_gb + states_gb, 2),
         gflop_per_token=round(total / t / 1e9, 1),
         flops_per_step=total,
@@ -188,6 +197,33 @@ def estimate(
         attention=attention,
         path=path,
     )
+
+
+def auto_checkpointing_above(off: Budget, capacity_bytes: int, share: float = AC_OFF_SHARE) -> int:
+    """`--activation-checkpointing auto`'s threshold on a device of `capacity_bytes`
+    (`eyas.drafter.memory`): the most tokens per micro-batch, in steps of 1,024, whose estimate
+    without activation checkpointing fits `share` of the device, given `off`, this run's
+    estimate without it (at any number of tokens: past the weights, optimizer and frozen
+    tensors it grows by `bytes_per_token`); at least `AC_AUTO_TOKENS`, the rule where the
+    device is not read."""
+    fixed = (off.trainable_gb + off.frozen_gb + off.step_gb) * 1e9
+    fits = (share * capacity_bytes - fixed) / max(off.bytes_per_token, 1)
+    return max(AC_AUTO_TOKENS, int(fits) // 1024 * 1024)
+
+
+def resolved_checkpointing_above(train_cfg, off: Callable[[], Budget], device: str) -> int | None:
+    """What `auto` without a threshold resolves to on `device`: on a GPU
+    `auto_checkpointing_above` of its memory and `off()` (the run's estimate without AC); None
+    where nothing is resolved (AC not auto, a threshold given, no GPU: `AC_AUTO_TOKENS`)."""
+    if (
+        getattr(train_cfg, "activation_checkpointing", "off") != "auto"
+        or getattr(train_cfg, "activation_checkpointing_above", None)
+        or not device.startswith("cuda")
+    ):
+        return None
+    from eyas.drafter.memory import device_memory_bytes
+
+    return auto_checkpointing_above(off(), device_memory_bytes(device))
 
 
 def device_name(device: str) -> str | None:

@@ -109,8 +109,15 @@ class TrainConfig(_Strict, MethodOptions):
     activation_checkpointing: Literal["auto", "on", "off"] = Field(
         "auto",
         description="recompute the drafter's layer per TTT step (per draft layer for DFlash) "
-        "in backward instead of keeping its activations; auto: on when a micro-batch is wider "
-        "than 4096 tokens",
+        "in backward instead of keeping its activations; auto: on for micro-batches of more "
+        "tokens than activation_checkpointing_above",
+    )
+    activation_checkpointing_above: int | None = Field(
+        None,
+        ge=1,
+        description="auto's threshold, in tokens per micro-batch (rows x width); default: on a "
+        "GPU the most whose step fits 80% of its memory without checkpointing by the printed "
+        "estimate (at least 4096), elsewhere 4096",
     )
     fast_path: Literal["auto", "on", "compiled", "off"] = Field(
         "auto",

@@ -42,7 +42,14 @@ import torch.distributed as dist
 from eyas import __version__
 from eyas.drafter.fast_path import fast_path_on
 from eyas.drafter.loss import Teacher, resolved
-from eyas.drafter.memory import default_max_len
+from eyas.drafter.memory import (
+    AC_AUTO_TOKENS,
+    AC_OFF_SHARE,
+    ac_threshold,
+    checkpointing_on,
+    default_max_len,
+    device_memory_bytes,
+)
 from eyas.drafter.method import DraftMethod, row_seed
 from eyas.drafter.names import CAPTURES_BEFORE_METHOD
 from eyas.drafter.registry import get_method
@@ -50,7 +57,7 @@ from eyas.drafter.vocab import choose_draft_vocab, token_counts
 from eyas.errors import EyasError
 from eyas.hf_models import TargetModel, target_model
 from eyas.store import quarantined_ids
-from eyas.train.budget import trainer_budget
+from eyas.train.budget import resolved_checkpointing_above, trainer_budget
 from eyas.train.checkpoint import (
     frozen_names,
     full_state,
@@ -108,8 +115,9 @@ class Trainer:
         self._setup_target()
         self._setup_drafter()
         self._setup_optimizer()
+        self._resolve_checkpointing()
         if self.rank == 0:  # what the run will need, before it runs
-            self.log(self._budget().line())
+            self.log(self._printed_budget().line())
         self._resume()
         if self.source == "streamed":
             self._start_stream()
@@ -211,22 +219,57 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
 
-    def _budget(self):
+    def _budget(self, checkpointing: bool, tokens: int | None = None):
+        """The per-GPU estimate (`eyas.train.budget`) for micro-batches of `tokens` tokens on
+        this rank (default: the global --batch-tokens split over the ranks)."""
         return trainer_budget(
             self.raw_model,
             self.target.head(),
             len(self.target.aux_layers),
             self.slots,
-            -(-self.cfg.batch_tokens // self.world),  # the global budget, split over ranks
+            tokens or -(-self.cfg.batch_tokens // self.world),
             self.world,
             self.cfg.fsdp,
             self.device,
-            # `auto` leaves AC off for micro-batches up to AC_AUTO_TOKENS wide, and a rank's
-            # share of short samples can hold all its tokens: the peak is the AC-off one
-            checkpointing=self.cfg.activation_checkpointing == "on",
+            checkpointing=checkpointing,
             dtype_bytes=2 if self.bf16 else 4,
             fast=fast_path_on(self.cfg, self.device),
         )
+
+    def _printed_budget(self):
+        """The estimate at the run's micro-batch size with AC as it will run there; under
+        `auto` with that size over the threshold, the widest micro-batch without AC (at the
+        threshold) when it needs more."""
+        cfg = self.cfg
+        tokens = -(-cfg.batch_tokens // self.world)
+        budget = self._budget(checkpointing_on(cfg, tokens))
+        if cfg.activation_checkpointing == "auto" and tokens > ac_threshold(cfg):
+            below = self._budget(False, ac_threshold(cfg))
+            budget = below if below.total_gb > budget.total_gb else budget
+        return budget
+
+    def _resolve_checkpointing(self) -> None:
+        """`--activation-checkpointing auto` without a threshold, on a GPU: the most tokens
+        per micro-batch whose step fits `AC_OFF_SHARE` of the GPU without AC by the estimate
+        (`auto_checkpointing_above`), the least over the ranks, set once for the run (and so
+        recorded in its manifest). Elsewhere `AC_AUTO_TOKENS` stays."""
+        cfg = self.cfg
+        above = resolved_checkpointing_above(cfg, lambda: self._budget(False), self.device)
+        if above is None:
+            return
+        if self.world > 1:  # one rule for every rank, whatever each one's device
+            agreed = torch.tensor([above], device=self.device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+            above = int(agreed.item())
+        cfg.activation_checkpointing_above = above
+        if self.rank == 0:
+            gb = device_memory_bytes(self.device) / 1e9
+            self.log(
+                f"activation checkpointing (auto): off for micro-batches of up to {above:,} "
+                f"tokens (by the estimate a step without it fits {AC_OFF_SHARE:.0%} of this "
+                f"GPU's {gb:.0f} GB up to there; at least {AC_AUTO_TOKENS:,}), on above; "
+                "--activation-checkpointing-above sets the threshold"
+            )
 
     def _resume(self) -> None:
         self.step = 0

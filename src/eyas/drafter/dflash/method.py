@@ -219,7 +219,7 @@ class DFlashMethod(DraftMethod[D]):
         normalizer: list[float],
         train_cfg: D,
     ) -> tuple[torch.Tensor, list[StepStats]]:
-        ac = checkpointing_on(train_cfg, prepared.input_ids.shape[1])
+        ac = checkpointing_on(train_cfg, prepared.input_ids.numel())
         states = model(prepared.input_ids, aux, prepared.extra["anchors"], checkpoint_layers=ac)
         return self.block_loss(raw_model, states, prepared, teacher, sum(normalizer), train_cfg)
 

@@ -176,7 +176,7 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
         ids = prepared.input_ids
         # index j reads x_{j+1} and the target's h_j
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
-        ac = checkpointing_on(train_cfg, ids.shape[1])
+        ac = checkpointing_on(train_cfg, ids.numel())
         fast = fast_path_on(train_cfg, ids.device)
         # "compiled": the fast path with its TTT merge compiled (and the loss, below)
         mode = "compiled" if fast and loss_compiled(train_cfg) else fast

@@ -144,7 +144,7 @@ class PEagleMethod(DraftMethod[PEagleTrainSettings]):
     ) -> tuple[torch.Tensor, list[StepStats]]:
         ids = prepared.input_ids
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)  # anchor j reads x_{j+1}
-        ac = checkpointing_on(train_cfg, ids.shape[1])
+        ac = checkpointing_on(train_cfg, ids.numel())
         states = model(inputs, aux, raw_model.config.depths, checkpoint_layers=ac)
         return parallel_loss(
             states,
