@@ -52,10 +52,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 TTT, DECAY = 7, 0.8
 K = 1024
-# How eyas's `auto` activation checkpointing was decided: "device" since 2026-12-07 (by the GPU's
-# memory, `eyas.train.budget.auto_checkpointing_above`); cases measured before (on above 4,096
-# tokens) carry no rule, and `--fill` does not keep them: they ran another configuration.
-AC_RULE = "device"
+# What an eyas case runs, as `eyas train` does since 2026-12-07: `auto` activation checkpointing
+# by the GPU's memory (`eyas.train.budget.auto_checkpointing_above`; before, on above 4,096
+# tokens), the drafter's frozen tensors in bf16 (`eyas.train.precision`; before, fp32 on one
+# GPU) and the target's embedding off the device (before, beside its head). Cases measured
+# before carry no definition, and `--fill` does not keep them: they ran another configuration.
+EYAS_DEFINITION = "2026-12-07"
 
 # (name, side, target, attention, tokens, draft head, fast path), in the order they run
 CASES = [
@@ -113,6 +115,7 @@ def eyas_case(spec: dict) -> dict:
     from eyas.drafter.loss import Teacher, resolved
     from eyas.testing.wide import eagle3_drafter, random_batch
     from eyas.train.budget import resolved_checkpointing_above, trainer_budget
+    from eyas.train.precision import hold_frozen
 
     dev = _device()
     target, tokens = Path(spec["target_dir"]), spec["tokens"]
@@ -130,6 +133,8 @@ def eyas_case(spec: dict) -> dict:
             ttt=TTT, loss_decay=DECAY, fast_path=spec["fast"], activation_checkpointing="auto",
         )  # fmt: skip
     model, method, tcfg = d.model.to(dev), d.method, d.cfg
+    hold_frozen(model, torch.bfloat16)  # the trainer's bf16 (eyas.train.precision)
+    del embed  # the target's embedding is read by the drafter's init only: off the device
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95))
     ids, sup, aux, final = random_batch(d, tokens, dev)
@@ -184,7 +189,8 @@ def eyas_case(spec: dict) -> dict:
         "trainable_parameters": sum(p.numel() for p in params),
         "activation_checkpointing": ac,
         "activation_checkpointing_above": getattr(tcfg, "activation_checkpointing_above", None),
-        "ac_rule": AC_RULE,
+        "definition": EYAS_DEFINITION,
+        "held": {"frozen": "bfloat16", "target_embedding": False},
         "fast_path": fast,
         "loss_compiled": loss_compiled(tcfg),
         "step_seconds": [round(x, 4) for x in times],
@@ -448,7 +454,7 @@ def main() -> None:
     if args.fill is not None:  # measured cases of an earlier run, each with its own date
         earlier = json.loads(args.fill.read_text())
         for c in earlier.get("cases", []):
-            current = c.get("side") != "eyas" or c.get("ac_rule") == AC_RULE
+            current = c.get("side") != "eyas" or c.get("definition") == EYAS_DEFINITION
             if c.get("tokens_per_s") and earlier.get("device") == record["device"] and current:
                 kept[(c["name"], c["tokens"])] = {"measured": earlier.get("date"), **c}
         record["filled_from"] = str(args.fill)

@@ -1553,7 +1553,14 @@ def r_train_flops(d: dict) -> Section:
     if d.get("traced"):
         s.lines += [
             "Peak memory of the fast path traced op by op on fake tensors (one H200's worth of "
-            "bf16 training, Kimi-K2.5 config, draft head trained), beside the budget:",
+            "bf16 training, Kimi-K2.5 config, draft head trained, what `eyas train` holds), "
+            "beside the budget"
+            + (
+                f" (retraced {d['traced_run']['date']}: `{d['traced_run']['command']}`)"
+                if d.get("traced_run")
+                else ""
+            )
+            + ":",
             "",
         ]
         s.lines += table(

@@ -2,8 +2,8 @@
 between the sessions that have a GPU: the path check, eyas's cases on both paths and
 speculators' case (in its own venv) all run, every case's losses fall, and at equal settings
 eyas with its head frozen trains exactly as many parameters as speculators as it ships; `--fill`
-keeps measured cases but reruns an eyas case measured under another activation-checkpointing
-rule."""
+keeps measured cases but reruns an eyas case measured under another definition (what it held,
+how it chose activation checkpointing)."""
 
 import json
 import subprocess
@@ -53,14 +53,18 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
         and compiled["trainable_parameters"]
         == (cases[("eyas kimi mla", 128)]["trainable_parameters"])
     )
-    # auto activation checkpointing as `eyas train` resolves it: off a GPU, nothing resolved
-    assert all(c["ac_rule"] == "device" for c in data["cases"] if c["side"] == "eyas")
+    # eyas's cases run what `eyas train` runs: auto activation checkpointing as it resolves it
+    # (off a GPU, nothing resolved), the frozen tensors in bf16, the target's embedding off
+    # the device
+    for case in (c for c in data["cases"] if c["side"] == "eyas"):
+        assert case["definition"] == "2026-12-07"
+        assert case["held"] == {"frozen": "bfloat16", "target_embedding": False}
     assert eyas["activation_checkpointing_above"] is None
     # --fill keeps an earlier run's measured cases and runs only the rest: here, the one eyas
-    # case made to look measured under the rule before 2026-12-07 (no `ac_rule`)
+    # case made to look measured before 2026-12-07 (no definition)
     earlier = json.loads(out.read_text())
     old = next(c for c in earlier["cases"] if c["name"] == "eyas llama frozen")
-    del old["ac_rule"]
+    del old["definition"]
     out.write_text(json.dumps(earlier))
     again = tmp_path / "again.json"
     subprocess.run(
@@ -72,7 +76,11 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
     assert json.loads(again.read_text())["path_check"] == {"skipped": "--no-check"}
     assert refilled.keys() == cases.keys()
     rerun = refilled.pop(("eyas llama frozen", 128))
-    assert "measured" not in rerun and rerun["ac_rule"] == "device" and rerun["tokens_per_s"] > 0
+    assert (
+        "measured" not in rerun
+        and rerun["definition"] == "2026-12-07"
+        and rerun["tokens_per_s"] > 0
+    )
     for key, case in refilled.items():
         assert case["measured"] == data["date"]
         assert {k: v for k, v in case.items() if k != "measured"} == cases[key]

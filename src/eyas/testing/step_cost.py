@@ -125,17 +125,20 @@ def trace_memory(target: Path, tokens: int, **settings: Any) -> dict:
     """Peak bytes of one training step as `eyas train` runs it on one GPU (bf16 autocast, fp32
     weights, AdamW with fp32 moments, foreach), traced on fake tensors after a warm-up step:
     `static` is what exists between steps (weights, optimizer moments, the drafter's frozen
-    embedding, the target's embedding and head in bf16, the inputs), `peak` the most at once
-    during the second step (forward, backward, clip, optimizer step)."""
+    tensors in bf16 (`eyas.train.precision`), the captured target's head in bf16, the inputs),
+    `peak` the most at once during the second step (forward, backward, clip, optimizer
+    step)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from eyas.testing.peak_memory import PeakBytes
+    from eyas.train.precision import hold_frozen
 
     reference = settings.get("fast_path") == "off"
     settings = dict(settings)
     vocab = _vocab(target, settings)
     with FakeTensorMode(allow_non_fake_inputs=True), _unread(reference):
-        d, embed, head, batch = _setup(target, tokens, settings, vocab)
+        d, _, head, batch = _setup(target, tokens, settings, vocab)
+        hold_frozen(d.model, torch.bfloat16)
         params = [p for p in d.model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), foreach=True)
 
@@ -148,7 +151,7 @@ def trace_memory(target: Path, tokens: int, **settings: Any) -> dict:
             opt.zero_grad(set_to_none=True)
 
         step()  # the optimizer's moments exist from here on
-        held = [*d.model.parameters(), *d.model.buffers(), embed, head, *batch]
+        held = [*d.model.parameters(), *d.model.buffers(), head, *batch]
         held += [s for state in opt.state.values() for s in state.values()]
         static = sum(
             {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in held}.values()

@@ -6,9 +6,10 @@ within 10% for every row, `tests/train/test_budget.py`). Per GPU, for one micro-
 tokens on this rank:
 
 - between steps: 12 B per trainable parameter (fp32 weight, AdamW's two fp32 moments), divided
-  by the world size under FSDP2; the drafter's frozen tensors (its fp32 copy of the target's
-  embedding; a frozen draft head); the target's head and embedding as the trainer holds them
-  (their dtype); the input states, (aux layers + 1) x hidden x 2 B per token;
+  by the world size under FSDP2; the drafter's frozen tensors (its copy of the target's
+  embedding; a frozen draft head), in bf16 under bf16 (`eyas.train.precision`); what the
+  target holds on the device (a captured target: its head and final norm; an online one: the
+  whole model); the input states, (aux layers + 1) x hidden x 2 B per token;
 - in the step: the gradients, 4 B per trainable parameter (divided likewise), autocast's bf16
   copies of the weights, 2 B each under bf16 (these two were missing before and are why the
   old estimate ran 15-28% low), and the activations: `eyas.drafter.memory.
@@ -83,7 +84,7 @@ class Budget:
     frozen_params: int
     tokens_per_rank: int  # one micro-batch on one rank
     trainable_gb: float  # weights and AdamW moments
-    frozen_gb: float  # the drafter's frozen tensors and the target's head and embedding
+    frozen_gb: float  # the drafter's frozen tensors and what the target holds on the device
     step_gb: float  # gradients and autocast's bf16 weight copies
     activations_gb: float
     states_gb: float
@@ -153,7 +154,7 @@ def estimate(
     flops: dict[str, int] | None = None,
 ) -> Budget:
     """The estimate (module docstring). `frozen_bytes`: the frozen tensors held on the device
-    (the drafter's and the target's head and embedding); `flops`: the step's FLOPs by term
+    (the drafter's, and what the target holds there); `flops`: the step's FLOPs by term
     (default: `step_flops` of an EAGLE-3 drafter of `shape`)."""
     t, gb = tokens_per_rank, 1e9
     shard = world if fsdp else 1
@@ -263,10 +264,15 @@ def kimi_table(
     attention: str = "mha",
     fast: bool = True,
     head_trained: bool = True,
+    frozen_bytes_per_param: int = 2,
+    target_embedding: bool = False,
 ) -> list[dict]:
     """The Kimi-K2.5 drafter (hidden 7168, MLP 12288, a 32k draft vocabulary; MHA 64 x 128 or
-    MLA with the target's ranks; the frozen 163,840 x 7168 embedding in fp32 in the drafter and
-    the target's head and embedding in bf16) at TTT 7 on H200s, FSDP2, bf16 activations."""
+    MLA with the target's ranks) at TTT 7 on H200s, FSDP2, bf16 activations, holding what
+    `eyas train` holds: the drafter's frozen 163,840 x 7168 embedding (and a frozen head) in
+    bf16 and the captured target's head in bf16. `frozen_bytes_per_param` 4 and
+    `target_embedding` describe the runs before 2026-12-07, which held the drafter's frozen
+    tensors in fp32 on one GPU and the target's embedding on the device too."""
     shape = KIMI_MLA if attention == "mla" else KIMI_MHA
     h = KIMI_HIDDEN
     norms = 4 * h  # the layer's input, hidden and post-attention norms, and the final one
@@ -274,14 +280,15 @@ def kimi_table(
     trainable = 3 * h * h + attention_params(shape) + 3 * h * KIMI_MLP + norms
     trainable += head if head_trained else 0
     frozen = KIMI_VOCAB * h + (0 if head_trained else head)
-    frozen_bytes = 4 * frozen + 2 * 2 * KIMI_VOCAB * h
+    target = (2 if target_embedding else 1) * KIMI_VOCAB * h  # its head (and embedding), bf16
+    frozen_bytes = frozen_bytes_per_param * frozen + 2 * target
     return [
         estimate(
             shape=shape,
             n_aux=3,
             ttt=7,
             trainable_params=trainable,
-            frozen_params=frozen + 2 * KIMI_VOCAB * h,
+            frozen_params=frozen + target,
             frozen_bytes=frozen_bytes,
             vocab=KIMI_VOCAB,
             draft_vocab=KIMI_DRAFT_VOCAB,
@@ -310,9 +317,11 @@ def trainer_budget(
     checkpointing: bool = False,
     dtype_bytes: int = 2,
     fast: bool = False,
+    target_bytes: int | None = None,
 ) -> Budget:
-    """The estimate for a built drafter, one row of `tokens_per_rank` tokens: the target's
-    embedding is counted as the head's size and dtype (the trainer holds both). EAGLE-3's FLOPs
+    """The estimate for a built drafter (its frozen tensors as it holds them), one row of
+    `tokens_per_rank` tokens; `target_bytes`: what the target holds on the device (the
+    trainer's `target.device_bytes()`; default: the head, as a captured target). EAGLE-3's FLOPs
     are `step_flops`; another method's (DFlash) an approximation: 6 x its trainable parameters
     per drafted slot + 2 x the target's head per token, and its activations the EAGLE-3
     layer's count with its block slots as the steps."""
@@ -321,7 +330,7 @@ def trainer_budget(
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     frozen = [p for p in model.parameters() if not p.requires_grad]
     frozen_bytes = sum(p.numel() * p.element_size() for p in frozen)
-    frozen_bytes += 2 * head.numel() * head.element_size()  # the target's head and embedding
+    frozen_bytes += head.numel() * head.element_size() if target_bytes is None else target_bytes
     vocab, t = head.shape[0], tokens_per_rank
     from eyas.drafter.registry import METHODS
 
@@ -340,7 +349,7 @@ def trainer_budget(
         n_aux=n_aux,
         ttt=steps,
         trainable_params=trainable,
-        frozen_params=sum(p.numel() for p in frozen) + 2 * head.numel(),
+        frozen_params=sum(p.numel() for p in frozen) + head.numel(),
         frozen_bytes=frozen_bytes,
         vocab=vocab,
         draft_vocab=draft_vocab,

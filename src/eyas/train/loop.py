@@ -76,6 +76,7 @@ from eyas.train.data import (
 )
 from eyas.train.metrics import MetricsWriter, acceptance_estimate, truncate_metrics
 from eyas.train.plan import FILLER_TOKENS, BatchPlan
+from eyas.train.precision import hold_frozen
 from eyas.train.result import StepMetrics, TrainResult
 from eyas.train.target import CapturedTarget, OnlineTarget
 
@@ -207,6 +208,8 @@ class Trainer:
             model, embedding=self.target.embedding(), head=self.target.head(), vocab=vocab
         )
         self.raw_model = model.to(self.device)
+        if self.bf16:  # the target's tensors as they are read (eyas.train.precision)
+            hold_frozen(self.raw_model, torch.bfloat16)
         self.model = self._wrap(self.raw_model)
         self.vocab_info = {k: v for k, v in vocab.items() if k not in ("d2t", "t2d")}
         self.slots = self.method.num_slots(self.dcfg, self.cfg)
@@ -234,6 +237,7 @@ class Trainer:
             checkpointing=checkpointing,
             dtype_bytes=2 if self.bf16 else 4,
             fast=fast_path_on(self.cfg, self.device),
+            target_bytes=self.target.device_bytes(),
         )
 
     def _printed_budget(self):
@@ -392,10 +396,7 @@ class Trainer:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             frozen = {p for p in model.parameters() if not p.requires_grad}
-            if self.bf16:
-                with torch.no_grad():
-                    for p in frozen:
-                        p.data = p.data.to(torch.bfloat16)
+            if self.bf16:  # the frozen tensors are bf16 already (`_setup_drafter`)
                 # Inputs are cast by autocast (on whenever bf16 is), not by each unit.
                 policy = MixedPrecisionPolicy(
                     param_dtype=torch.bfloat16,

@@ -61,6 +61,11 @@ class OnlineTarget:
     def head(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight.detach()
 
+    def device_bytes(self) -> int:
+        """What this target holds on the training device: the whole model."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, seqs) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids: [B, T] (right-padded) -> aux [B, T, n*H], final [B, T, H].
@@ -100,7 +105,9 @@ class CapturedTarget:
                 f"{model_dir}: no {missing} tensors found (looked for "
                 f"{[target.tensor_names(r)[0] for r in missing]} in its safetensors files)",
             )
-        self._embed = found["embed"].to(device)
+        # the embedding is read twice, by the drafter's init and by `Trainer.finish`: it stays
+        # in host memory (the drafter holds its own copy on the device)
+        self._embed = found["embed"]
         self._norm = found["norm"].to(device)
         self._head = found["head"].to(device)
         self.vocab_size = self._head.shape[0]
@@ -117,6 +124,10 @@ class CapturedTarget:
 
     def head(self) -> torch.Tensor:
         return self._head
+
+    def device_bytes(self) -> int:
+        """What this target holds on the training device: the head and the final norm."""
+        return sum(t.numel() * t.element_size() for t in (self._head, self._norm))
 
     @staticmethod
     def _key(seqs) -> tuple:
