@@ -168,6 +168,9 @@ CASES = {
     "sglang_eagle3": ("toy_tiny", "eagle3", "sglang", {}, {}),
     "dflash2_mutants": ("toy_tiny", "dflash2", "vllm", {}, {}),
     "peagle_whole": ("toy_tiny_whole", "peagle", "vllm", {}, {}),
+    "norm_before_residual": (
+        "toy_tiny", "eagle3", "vllm", {"eagle3": {"norm_before_residual": True}}, {},
+    ),
 }  # fmt: skip
 
 
@@ -199,6 +202,22 @@ def test_an_unsorted_aux_layer_list_is_served_as_trained(runs):
     """`--aux-layers 3,1,2`: both engines fuse captured states in layer order."""
     assert _problems("eagle3", runs["unsorted_aux"]) == []
     assert runs["unsorted_aux"][2]["aux_layers"] == [1, 2, 3]
+
+
+def test_a_norm_before_residual_drafter_is_served_with_its_residual(runs):
+    """`--eagle3.norm-before-residual` (speculators' residual): vLLM's `llama_eagle3.py`
+    `LlamaDecoderLayer` reads `norm_before_residual` from the exported config and starts the
+    residual from hidden_norm(fused), as eyas trained it; the same weights with the plain
+    residual are another function, which the comparison tells apart."""
+    model, inputs, _, theirs = runs["norm_before_residual"]
+    assert model.config.norm_before_residual
+    assert _problems("eagle3", runs["norm_before_residual"]) == []
+    model.midlayer.norm_before_residual = False
+    try:
+        plain = SIDES[side_of("eagle3")](model, inputs)
+    finally:
+        model.midlayer.norm_before_residual = True
+    assert mismatches(plain, theirs, inputs["rope_positions"]) != []
 
 
 def test_a_dflash_block_of_16_is_served_as_a_block_of_16(runs):
