@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from eyas.evaluate.config import EvalConfig
@@ -22,6 +26,15 @@ from eyas.evaluate.result import EvalResult
 from eyas.evaluate.run import run_eval
 
 TOOL_FAMILIES = ("b1_glaive", "b2_hermes", "b3_xlam")
+
+
+def _commit() -> str | None:
+    """The eyas commit that measured (the drafter's own is in its training manifest)."""
+    out = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.strip() or None
 
 
 def main() -> None:
@@ -37,9 +50,8 @@ def main() -> None:
     drafter = run / "drafters" / "native_all"
     if not (drafter / "drafter").exists():
         raise SystemExit(f"{drafter} not found: run `make quickstart` first")
-    target = Path(
-        json.loads((drafter / "drafter" / "drafter_config.json").read_text())["target_dir"]
-    )
+    dcfg = json.loads((drafter / "drafter" / "drafter_config.json").read_text())
+    target = Path(dcfg["target_dir"])
     prompts = run / "eval" / "prepare"
     base = {
         "target": target,
@@ -49,6 +61,7 @@ def main() -> None:
         "limit": args.limit,
     }
     quiet = lambda s: None  # noqa: E731
+    started, load_start = time.time(), os.getloadavg()
     rows: dict[str, EvalResult] = {}
     for k in [int(x) for x in args.ks.split(",")]:
         rows[f"chain K={k}"] = run_eval(EvalConfig(**base, k=k), quiet)
@@ -61,7 +74,7 @@ def main() -> None:
         from peers import vllm_python
 
         rows["served vLLM chain K=3"] = run_eval(
-            EvalConfig(**base, k=3, backend="vllm", vllm_python=vllm_python()), quiet
+            EvalConfig(**base, k=3, backend="vllm", engine={"python": vllm_python()}), quiet
         )
     metrics = [json.loads(x) for x in (drafter / "metrics.jsonl").read_text().splitlines()]
     estimate = next(
@@ -81,7 +94,19 @@ def main() -> None:
     out = {
         "bench": "eval",
         "metric": "acceptance_length: tokens per target verify step, bonus included (SGLang)",
-        "settings": {"temperature": 0, "prompts_per_dataset": args.limit, "max_new_tokens": 160},
+        "settings": {
+            "temperature": 0,
+            "prompts_per_dataset": args.limit,
+            "max_new_tokens": 160,
+            "draft_vocab": dcfg.get("draft_vocab_size"),
+        },
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
+        "commit": _commit(),
+        "drafter": str(drafter),
+        "machine": f"{os.cpu_count()} CPUs",
+        "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
+        "seconds": round(time.time() - started, 1),
         "results": {
             label: {
                 "all": r.acceptance_length,

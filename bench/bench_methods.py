@@ -294,7 +294,7 @@ def _served(target_dir, drafter_dir, prompts_dir, k, limit, max_new) -> dict:
         limit=limit,
         max_new_tokens=max_new,
         backend="vllm",
-        vllm_python=vllm_python(),
+        engine={"python": vllm_python()},
         baseline=True,
     )
     try:

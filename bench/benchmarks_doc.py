@@ -424,6 +424,13 @@ def r_eval(d: dict) -> Section:
         f"per dataset, temperature {num(st.get('temperature'))}, up to "
         f"{num(st.get('max_new_tokens'))} new tokens): offline chains and trees, and served in "
         f"vLLM on CPU. Metric: {d.get('metric', 'acceptance length')}."
+        + (
+            f" Measured {d['date']} by `{d['command']}` at commit {d.get('commit')} on "
+            f"{d.get('machine')} (load average {num(d['load_average']['start'][0])} at the start)"
+            f"; the drafter's draft vocabulary: {num(st.get('draft_vocab'))} tokens."
+            if d.get("date")
+            else ""
+        )
         + (f" Provenance: {st['provenance']}." if st.get("provenance") else ""),
     )
     res = d["results"]
@@ -1956,7 +1963,13 @@ def headline_rows(results: Path = RESULTS) -> list[list[str]]:
         if k3:
             rows.append(
                 [
-                    "toy quickstart drafter (its draft vocabulary of 2026-12-01: 1,024), acceptance length chain K=3 (offline)",
+                    "toy quickstart drafter"
+                    + (
+                        f" (draft vocabulary {num(dv)})"
+                        if (dv := e.get("settings", {}).get("draft_vocab"))
+                        else " (its draft vocabulary of 2026-12-01: 1,024)"
+                    )
+                    + ", acceptance length chain K=3 (offline)",
                     num(k3["all"]),
                     f"served in vLLM {num(served['all'])}" if served else "–",
                     "–",
