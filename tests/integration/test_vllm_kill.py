@@ -88,20 +88,26 @@ def test_a_vllm_server_killed_mid_run_stops_every_stage_the_same_way(
                 *("--no-adaptive-concurrency", "--set", "max_attempts=2"),
                 *("--set", "max_consecutive_failures=3", "--set", "backoff_s=0.1"),
             ),
-            "eval": _cli(
-                *("eval", "--target", toy_tiny, "--drafter", tmp_path, "--input", prompts),
-                *("--backend", "vllm", "--url", url, "--k", "1", "--max-new-tokens", "96"),
-                *("--set", "retry.max_attempts=2", "--set", "retry.max_consecutive_failures=3"),
-                *("--set", "retry.backoff_s=0.1", "--json", tmp_path / "eval.json"),
-            ),
         }
         deadline = time.time() + 240
-        # mid-run: generate and capture have committed something, and more requests are in
-        # flight than those two hold (2 + 1): the evaluation's
-        while not (committed_ids(gen) and capture_shards(cap) and _in_flight(url) > 3):
-            finished = [n for n, p in stages.items() if p.poll() is not None]
-            assert not finished and time.time() < deadline, (finished, log.read_text()[-2000:])
-            time.sleep(0.05)
+
+        def wait(ready) -> None:
+            while not ready():
+                finished = [n for n, p in stages.items() if p.poll() is not None]
+                assert not finished and time.time() < deadline, (finished, log.read_text()[-2000:])
+                time.sleep(0.05)
+
+        # mid-run: generate and capture have committed something; then the evaluation, started
+        # only now (a fast evaluation could otherwise finish before they commit), has more
+        # requests in flight than those two hold (2 + 1)
+        wait(lambda: committed_ids(gen) and capture_shards(cap))
+        stages["eval"] = _cli(
+            *("eval", "--target", toy_tiny, "--drafter", tmp_path, "--input", prompts),
+            *("--backend", "vllm", "--url", url, "--k", "1", "--max-new-tokens", "96"),
+            *("--set", "retry.max_attempts=2", "--set", "retry.max_consecutive_failures=3"),
+            *("--set", "retry.backoff_s=0.1", "--json", tmp_path / "eval.json"),
+        )
+        wait(lambda: _in_flight(url) > 3)
         server.kill()
         outputs = {name: p.communicate(timeout=180)[0] for name, p in stages.items()}
     for name, proc in stages.items():
