@@ -16,25 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from peers import commit
 
 from eyas.evaluate.config import EvalConfig
 from eyas.evaluate.result import EvalResult
 from eyas.evaluate.run import run_eval
 
 TOOL_FAMILIES = ("b1_glaive", "b2_hermes", "b3_xlam")
-
-
-def _commit() -> str | None:
-    """The eyas commit that measured (the drafter's own is in its training manifest)."""
-    out = subprocess.run(
-        ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    return out.stdout.strip() or None
 
 
 def main() -> None:
@@ -102,7 +94,7 @@ def main() -> None:
         },
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["bench/bench_eval.py", *sys.argv[1:]]),
-        "commit": _commit(),
+        "commit": commit(),  # the eyas that measured (the drafter's is in its manifest)
         "drafter": str(drafter),
         "machine": f"{os.cpu_count()} CPUs",
         "load_average": {"start": list(load_start), "end": list(os.getloadavg())},

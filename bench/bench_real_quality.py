@@ -56,7 +56,6 @@ import platform
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -65,7 +64,7 @@ from pathlib import Path
 
 import torch
 from bench_local_generate import smollm2_dir
-from peers import ROOT, vllm_python
+from peers import commit, vllm_python
 from real_pipeline import (
     capture,
     cli,
@@ -149,20 +148,6 @@ ARMS = [
     ),
 ]
 ARM_NAMES = {a.name: a for a in ARMS}
-
-
-def commit() -> str:
-    """The commit this script runs from (`+dirty` when its code has changes)."""
-    rev = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        # the results file this run writes is not a change to the code
-        ["git", "-C", str(ROOT), "status", "--porcelain", "-uno", "--", ".", ":!bench/results"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
 
 
 def data_fingerprint(cap: Path) -> str:

@@ -2,8 +2,8 @@
 1, 8 and 16 H200s (FSDP2, TTT 7, 16,384 tokens per rank per micro-batch, bf16, the fast path,
 the draft head trained), with the drafter's attention MHA (issue 28's drafter) and MLA (the
 target's), activation checkpointing off and on; and the threshold `--activation-checkpointing
-auto` resolves to (`auto_checkpointing_above`) on an H200 and an 80 GB H100. Arithmetic, not a measurement: the same
-estimate `eyas train` prints at start (its memory calibrated on the 2026-12-04 H200 peaks and
+auto` resolves to (`auto_checkpointing_above`) on an H200 and an 80 GB H100. Arithmetic, not a
+measurement: the same estimate `eyas train` prints at start (its memory calibrated on the 2026-12-04 H200 peaks and
 on traced ones, its throughput from the MFU measured there).
 
     .venv/bin/python bench/bench_train_budget.py
@@ -76,7 +76,8 @@ def main() -> None:
             f"{r['world']:>5}{r['trainable_gb']:>14}{r['frozen_gb']:>11}"
             f"{r['activations_gb']:>11}{r['total_gb']:>10}{r['tokens_per_s']:>10,}"
         )
-    for r in ac_thresholds():
+    thresholds = ac_thresholds()
+    for r in thresholds:
         print(
             f"auto AC on {r['device']}, {r['attention']}, head {r['draft_head']}, "
             f"{r['gpus']} GPU(s): off up to {r['ac_off_up_to_tokens']:,} tokens"
@@ -106,7 +107,7 @@ def main() -> None:
         },
         "activation_bytes_per_token": per_token,
         "rows": rows,
-        "auto_checkpointing": ac_thresholds(),
+        "auto_checkpointing": thresholds,
     }
     path = Path("bench/results/train_budget.json")
     path.write_text(json.dumps(out, indent=2) + "\n")

@@ -48,6 +48,8 @@ def main() -> None:
         "change of what the trainer holds, which moves memory and not FLOPs)",
     )  # fmt: skip
     args = ap.parse_args()
+    if args.traced_only and not args.json.is_file():
+        ap.error(f"--traced-only keeps the FLOP rows of {args.json}, which does not exist")
     warnings.filterwarnings("ignore")
     from peers import speculators_venv
     from safetensors.torch import save_file

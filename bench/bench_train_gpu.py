@@ -17,8 +17,8 @@ bf16 autocast, fp32 AdamW, one random sequence per case.
 
 Defaults: eyas trains its draft head and runs its fast path on CUDA (activation checkpointing
 `auto`, resolved as `eyas train` does on the device: off up to the tokens whose step fits 80% of
-the GPU by the estimate, at least 4,096); speculators freezes its head (`simple_flex_attention`, eager KL
-loss: its fused loss failed under torch 2.11 on 2026-12-04). Equal trainable parameters: eyas
+the GPU by the estimate, at least 4,096); speculators freezes its head (`simple_flex_attention`,
+eager KL loss: its fused loss failed under torch 2.11 on 2026-12-04). Equal trainable parameters: eyas
 with `--eagle3.draft-head frozen` against speculators' default (756M each), and eyas's default against
 speculators with its head trained (985M each).
 
@@ -188,7 +188,7 @@ def eyas_case(spec: dict) -> dict:
     return {
         "trainable_parameters": sum(p.numel() for p in params),
         "activation_checkpointing": ac,
-        "activation_checkpointing_above": getattr(tcfg, "activation_checkpointing_above", None),
+        "activation_checkpointing_above": tcfg.activation_checkpointing_above,
         "definition": EYAS_DEFINITION,
         "held": {"frozen": "bfloat16", "target_embedding": False},
         "fast_path": fast,

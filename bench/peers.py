@@ -1,4 +1,5 @@
-"""Peer tools for the benchmarks, each in its own venv (their pins clash with eyas's)."""
+"""Shared by the benchmarks: the commit a run measures, and the peer tools, each in its own venv
+(their pins clash with eyas's)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,20 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def commit() -> str:
+    """The commit this script runs from (`+dirty` when its code has changes)."""
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        # the results file this run writes is not a change to the code
+        ["git", "-C", str(ROOT), "status", "--porcelain", "-uno", "--", ".", ":!bench/results"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return rev + ("+dirty" if dirty else "")
 
 
 def speculators_venv() -> Path:

@@ -224,13 +224,13 @@ class Trainer:
 
     def _budget(self, checkpointing: bool, tokens: int | None = None):
         """The per-GPU estimate (`eyas.train.budget`) for micro-batches of `tokens` tokens on
-        this rank (default: the global --batch-tokens split over the ranks)."""
+        this rank (default: `tokens_per_rank`)."""
         return trainer_budget(
             self.raw_model,
             self.target.head(),
             len(self.target.aux_layers),
             self.slots,
-            tokens or -(-self.cfg.batch_tokens // self.world),
+            tokens or self.tokens_per_rank,
             self.world,
             self.cfg.fsdp,
             self.device,
@@ -240,12 +240,17 @@ class Trainer:
             target_bytes=self.target.device_bytes(),
         )
 
+    @property
+    def tokens_per_rank(self) -> int:
+        """A micro-batch's tokens on this rank: the global --batch-tokens split over the ranks."""
+        return -(-self.cfg.batch_tokens // self.world)
+
     def _printed_budget(self):
         """The estimate at the run's micro-batch size with AC as it will run there; under
         `auto` with that size over the threshold, the widest micro-batch without AC (at the
         threshold) when it needs more."""
         cfg = self.cfg
-        tokens = -(-cfg.batch_tokens // self.world)
+        tokens = self.tokens_per_rank
         budget = self._budget(checkpointing_on(cfg, tokens))
         if cfg.activation_checkpointing == "auto" and tokens > ac_threshold(cfg):
             below = self._budget(False, ac_threshold(cfg))
