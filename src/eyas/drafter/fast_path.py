@@ -8,15 +8,18 @@ computes the same function with FlexAttention (`eagle3.model.ttt_attention_fast`
 `eyas.drafter.flex`), the teacher once per micro-batch and the loss's gradient in forward
 (`eyas.drafter.fused_loss`), statistics left on the device; `tests/drafter/test_fast_path.py`
 holds the two equal on CPU. `auto` runs it on CUDA, where its attention is compiled.
-`compiled` is the fast path with its elementwise work compiled too (`torch.compile` of the TTT
-merge, `ttt_attention.merge_diagonal`, and of the loss's per-chunk arithmetic,
-`fused_loss.chunk_stats`): the same figures, fewer kernels; not the default until a GPU run
-shows it faster (`bench/bench_train_gpu.py`'s compiled cases).
+`compiled` is the fast path with its elementwise work compiled too, function by function
+(`torch.compile` of the TTT merge, `ttt_attention.merge_diagonal`; the loss's per-chunk
+arithmetic, `fused_loss.chunk_stats`; the RMSNorms, `layers.rms_norm`; SwiGLU's activation,
+`layers.silu_mul`; the rotations, `rope.rotate_half` and `mla.rotate_pairs`): the same figures,
+fewer kernels. The matmuls and the attention kernel stay as they are. Together these functions
+are most of the fast path's elementwise memory traffic (`bench/bench_train_traffic.py`, counted
+on CPU); speculators compiles its whole forward on CUDA. Not the default until a GPU run shows
+it faster (`bench/bench_train_gpu.py`'s compiled cases).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -29,16 +32,41 @@ def fast_path_on(train_cfg: MethodTrainSettings, device: torch.device | str) -> 
     return mode in ("on", "compiled") or (mode == "auto" and torch.device(device).type == "cuda")
 
 
-@functools.cache
+# what `--fast-path compiled` compiles, by name (`compiled` is called on these and no others)
+COMPILED_FUNCTIONS = (
+    "merge_diagonal",
+    "chunk_stats",
+    "rms_norm",
+    "silu_mul",
+    "rotate_half",
+    "rotate_pairs",
+)
+_COMPILED: dict[Callable, Callable] = {}
+
+
 def compiled(fn: Callable) -> Callable:
     """`torch.compile(fn)`, built once per function, for `--fast-path compiled`. Shapes turn
-    dynamic after the second size (a row's shorter last chunk), and each number of TTT
-    diagonal steps is its own graph: the recompile limit is raised to hold them all (a
-    process-wide setting, never lowered)."""
-    import torch._dynamo
+    dynamic after the second size (a row's shorter last chunk, another micro-batch length),
+    and each number of TTT diagonal steps is its own graph: the recompile limit is raised to
+    hold them all (a process-wide setting, never lowered)."""
+    if fn.__name__ not in COMPILED_FUNCTIONS:
+        raise ValueError(f"{fn.__name__} is not in fast_path.COMPILED_FUNCTIONS")
+    if fn not in _COMPILED:
+        import torch._dynamo
 
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-    return torch.compile(fn, dynamic=None)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+        _COMPILED[fn] = torch.compile(fn, dynamic=None)
+    return _COMPILED[fn]
+
+
+def compiled_functions() -> set[Callable]:
+    """The functions `compiled` has built since the last `forget_compiled`."""
+    return set(_COMPILED)
+
+
+def forget_compiled() -> None:
+    """Drop the compiled functions (after `torch._dynamo.reset()`, which discards their code)."""
+    _COMPILED.clear()
 
 
 def loss_compiled(train_cfg: MethodTrainSettings) -> bool:

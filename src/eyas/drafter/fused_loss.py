@@ -6,7 +6,8 @@ gradient computed in the forward pass, chunk by chunk, so nothing is recomputed 
 and the drafter's ([C, H] x [H, Dv]) before the two products of the head's backward. Here the
 gradient of the loss with respect to the chunk's logits, q - p (q the drafter's distribution,
 p the teacher's), is known as soon as both are, so each chunk runs three products and no more:
-the logits, d/dx = (q - p) W and, for a trained head, d/dW += (q - p)^T x. The chunk's
+the logits, d/dx = (q - p) W and, for a trained head, d/dW += (q - p)^T x (this one over
+`WEIGHT_GRAD_CHUNKS` chunks at once). The chunk's
 [C, Dv] logits live only inside it, in fp32 (the softmax statistics); what is kept for
 backward is d/dx ([B, L, H], the compute dtype) and d/dW (fp32, the size of the weight's
 gradient), scaled there by the incoming gradient.
@@ -45,6 +46,12 @@ import torch
 from eyas.drafter import fast_path
 from eyas.drafter.loss import chunk_len
 
+# A trained head's gradient is accumulated once per this many chunks, in one product: each
+# accumulation reads and writes the whole fp32 [Dv, H] buffer (at Kimi width 0.9 GB, ~6x the
+# bytes of the chunk's own elementwise work), so per chunk it would dominate the loss's memory
+# traffic (`bench/bench_train_traffic.py`). The chunks' bf16 q - p wait meanwhile: at most this
+# many [C, Dv] tensors, half the bytes of one chunk's fp32 statistics each.
+WEIGHT_GRAD_CHUNKS = 4
 # (row, start, end) -> (teacher logits [C, Dv], their log-sum-exp [C] fp32, argmax [C] long)
 TeacherChunks = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -180,6 +187,7 @@ class _WeightedSoftCE(torch.autograd.Function):
             correct = torch.zeros(b, n, dtype=torch.bool, device=x.device)
             grad_x = torch.zeros(x.shape, dtype=dtype, device=x.device)
             for r in range(b):
+                pending: list[torch.Tensor] = []  # chunks' q - p not yet in grad_w
                 for s in range(0, n, chunk):
                     e = min(n, s + chunk)
                     xc = x[r, s:e].to(dtype)
@@ -190,7 +198,12 @@ class _WeightedSoftCE(torch.autograd.Function):
                     correct[r, s:e] = _draft_ids(pred, draft_ids) == top
                     grad_x[r, s:e] = g @ w
                     if grad_w is not None:
-                        grad_w += g.t() @ xc
+                        pending.append(g)
+                        if len(pending) == WEIGHT_GRAD_CHUNKS or e == n:
+                            start = e - sum(len(p) for p in pending)
+                            span = x[r, start:e].to(dtype)
+                            grad_w += torch.cat(pending).t() @ span
+                            pending = []
             total += (ce * weights).sum()
             figures += [ce, correct]
             grads.append(grad_x)

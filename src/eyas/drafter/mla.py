@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from eyas.drafter import fast_path
 from eyas.drafter.layers import RMSNorm
 from eyas.drafter.rope import check_rope_scaling, inv_freq_and_mscale
 from eyas.drafter.ttt_attention import ttt_attention, ttt_attention_fast
@@ -104,15 +105,21 @@ class InterleavedRotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.mscale, _ = deepseek_scales(scaling)
 
-    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: [B, h, T, d]; positions: [T] or [B, T]."""
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor, compiled: bool = False):
+        """x: [B, h, T, d]; positions: [T] or [B, T]. `compiled`: the rotation's arithmetic
+        through `torch.compile` (`--fast-path compiled`)."""
         angles = positions.float()[..., None] * self.inv_freq.to(x.device)  # [.., T, d/2]
         cos, sin = angles.cos() * self.mscale, angles.sin() * self.mscale
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]
-        x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-        return out.flatten(-2).to(x.dtype)
+        return (fast_path.compiled(rotate_pairs) if compiled else rotate_pairs)(x, cos, sin)
+
+
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The interleaved (GPT-J) rotation of x [.., d] by cos, sin [.., d/2], in fp32."""
+    x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
+    out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    return out.flatten(-2).to(x.dtype)
 
 
 class MLAAttention(nn.Module):
@@ -139,17 +146,23 @@ class MLAAttention(nn.Module):
         self.rotary = InterleavedRotary(self.rope, cfg.rope_theta, cfg.rope_scaling)
         self.scale = qk**-0.5 * deepseek_scales(cfg.rope_scaling)[1]
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor):
-        """q, k: [B, h, T, nope + rope]; v: [B, h, T, v_head_dim]."""
+    def project(self, x: torch.Tensor, positions: torch.Tensor, compiled: bool = False):
+        """q, k: [B, h, T, nope + rope]; v: [B, h, T, v_head_dim]. `compiled`: the norms and
+        the rotation through `torch.compile` (`--fast-path compiled`)."""
         b, t, _ = x.shape
         qk = self.nope + self.rope
-        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+        if self.q_lora:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x), compiled=compiled))
+        else:
+            q = self.q_proj(x)
         q = q.view(b, t, self.h, qk).transpose(1, 2)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora, self.rope], -1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, self.h, self.nope + self.vd)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent, compiled=compiled))
+        kv = kv.view(b, t, self.h, self.nope + self.vd)
         k_nope, v = kv.transpose(1, 2).split([self.nope, self.vd], -1)
-        k_pe = self.rotary.rotate(k_pe[:, None], positions)  # [B, 1, T, rope]: one per token
-        q = torch.cat([q[..., : self.nope], self.rotary.rotate(q[..., self.nope :], positions)], -1)
+        rotate = self.rotary.rotate
+        k_pe = rotate(k_pe[:, None], positions, compiled)  # [B, 1, T, rope]: one per token
+        q = torch.cat([q[..., : self.nope], rotate(q[..., self.nope :], positions, compiled)], -1)
         k = torch.cat([k_nope, k_pe.expand(b, self.h, t, self.rope)], -1)
         return q, k, v
 
@@ -160,11 +173,11 @@ class MLAAttention(nn.Module):
     def forward(self, x, positions, cache: list[tuple[torch.Tensor, torch.Tensor]], fast=False):
         """TTT attention as `eagle3.model.Attention.forward`: (output, k, v); the caller keeps
         k, v (the list is only read)."""
-        q, k, v = self.project(x, positions)
+        compiled = fast == "compiled"
+        q, k, v = self.project(x, positions, compiled)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
         if fast:
-            compiled = fast == "compiled"
             out = ttt_attention_fast(q, k0, v0, steps[1:], self.scale, compiled=compiled)
         else:
             out = ttt_attention(q, k0, v0, steps[1:], self.scale)

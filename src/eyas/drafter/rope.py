@@ -169,16 +169,24 @@ class Rotary(torch.nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.mscale = mscale
 
-    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: [B, h, T, d]; positions: [T] (shared by the batch) or [B, T]."""
-        d = x.shape[-1]
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor, compiled: bool = False):
+        """x: [B, h, T, d]; positions: [T] (shared by the batch) or [B, T]. `compiled`: the
+        rotation's arithmetic through `torch.compile` (`--fast-path compiled`)."""
         angles = positions.float()[..., None] * self.inv_freq.to(x.device)  # [.., T, d/2]
         cos = (angles.cos() * self.mscale).repeat(*([1] * (angles.dim() - 1)), 2).to(x.dtype)
         sin = (angles.sin() * self.mscale).repeat(*([1] * (angles.dim() - 1)), 2).to(x.dtype)
         if positions.dim() == 2:  # [B, T, d] -> [B, 1, T, d]
             cos, sin = cos[:, None], sin[:, None]
-        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
+        from eyas.drafter import fast_path
+
+        return (fast_path.compiled(rotate_half) if compiled else rotate_half)(x, cos, sin)
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The half-split (neox) rotation of x [.., d] by cos, sin [.., d] (each half repeated)."""
+    d = x.shape[-1]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
 def rope_config_fields(theta: float, scaling: dict[str, Any] | None) -> dict[str, Any]:

@@ -95,13 +95,17 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
         self.rotary = Rotary(d, cfg.rope_theta, cfg.rope_scaling)
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor, repeat: bool = True):
+    def project(
+        self, x: torch.Tensor, positions: torch.Tensor, repeat: bool = True, compiled: bool = False
+    ):
         """q: [B, h, T, d]; k, v: [B, h, T, d] (kv heads repeated for GQA), or [B, kv, T, d]
-        with `repeat=False` (the fast path's kernel reads each kv head for its group)."""
+        with `repeat=False` (the fast path's kernel reads each kv head for its group).
+        `compiled`: the rotation through `torch.compile` (`--fast-path compiled`)."""
         q = split_heads(self.q_proj(x), self.h, self.d)
         k = split_heads(self.k_proj(x), self.kv, self.d)
         v = split_heads(self.v_proj(x), self.kv, self.d)
-        q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
+        rotate = self.rotary.rotate
+        q, k = rotate(q, positions, compiled), rotate(k, positions, compiled)
         rep = self.h // self.kv
         if not repeat or rep == 1:
             return q, k, v
@@ -118,12 +122,13 @@ class Attention(nn.Module):
         argument containers, so an append inside a unit would be lost). `fast`: the fast
         path's attention (`ttt_attention_fast`; k, v keep their kv heads), "compiled" with its
         merge compiled."""
-        q, k, v = self.project(x, positions, repeat=not fast)
+        compiled = fast == "compiled"
+        q, k, v = self.project(x, positions, repeat=not fast, compiled=compiled)
         steps = [*cache, (k, v)]
         k0, v0 = steps[0]
         scale = 1.0 / math.sqrt(self.d)
         if fast:
-            out = ttt_attention_fast(q, k0, v0, steps[1:], scale, compiled=fast == "compiled")
+            out = ttt_attention_fast(q, k0, v0, steps[1:], scale, compiled=compiled)
         else:
             out = ttt_attention(q, k0, v0, steps[1:], scale)
         return self.output(out), k, v
@@ -151,22 +156,24 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def _inputs(self, embeds, hidden):
+    def _inputs(self, embeds, hidden, compiled=False):
         """(attention input [B, T, 2H], residual [B, T, H]); the residual stream is the
-        fused/previous hidden state (or its norm, `norm_before_residual`)."""
-        normed = self.hidden_norm(hidden)
-        x = torch.cat([self.input_layernorm(embeds), normed], -1)
+        fused/previous hidden state (or its norm, `norm_before_residual`). `compiled`: the
+        norms through `torch.compile` (`--fast-path compiled`), as in `_finish`."""
+        normed = self.hidden_norm(hidden, compiled)
+        x = torch.cat([self.input_layernorm(embeds, compiled), normed], -1)
         return x, (normed if self.norm_before_residual else hidden)
 
-    def _finish(self, residual, attn_out):
+    def _finish(self, residual, attn_out, compiled=False):
         h = residual + attn_out
-        return h + self.mlp(self.post_attention_layernorm(h))
+        return h + self.mlp(self.post_attention_layernorm(h, compiled), compiled)
 
     def forward(self, embeds, hidden, positions, cache, fast=False):
         """One TTT step of the layer: (output, this step's k, v)."""
-        x, residual = self._inputs(embeds, hidden)
+        compiled = fast == "compiled"
+        x, residual = self._inputs(embeds, hidden, compiled)
         out, k, v = self.self_attn(x, positions, cache, fast=fast)
-        return self._finish(residual, out), k, v
+        return self._finish(residual, out, compiled), k, v
 
     def cached(self, embeds, hidden, positions, past_k, past_v, mask):
         x, residual = self._inputs(embeds, hidden)
@@ -217,7 +224,7 @@ class Eagle3Drafter(nn.Module):
         embeds = self.embed_tokens(input_ids)
         out, k, v = self.midlayer(embeds, hidden, positions, cache, fast=fast)
         cache.append((k, v))  # here, in the root module, not inside the layer's unit
-        normed = self.norm(out)
+        normed = self.norm(out, fast == "compiled")
         return normed, self._fed_back(normed, out)
 
     def cached_step(self, input_ids, hidden, positions, past_k, past_v, mask):
