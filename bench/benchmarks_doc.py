@@ -1578,6 +1578,45 @@ def r_train_flops(d: dict) -> Section:
     return s
 
 
+def r_train_traffic(d: dict) -> Section:
+    s = Section(
+        "Elementwise memory traffic per trained token at Kimi-K2.5 width, counted without a GPU",
+        "The bytes every op outside the matmuls and the attention kernel reads and writes in one "
+        f"training step of eyas's fast path (TTT {num(d.get('ttt'))}, activation checkpointing "
+        "off, bf16 autocast), counted op by op on fake tensors and charged to the function that "
+        "issued it (`backward:` its ops' backward). `compiled`: the share in the functions "
+        "`--fast-path compiled` compiles. A count of the eager program, not a timing: on a GPU "
+        "each eager elementwise op is a round trip through memory, so these bytes over the "
+        "memory's bandwidth are the least time they take (`floor`, arithmetic at the "
+        "bandwidths below).",
+    )
+    gpus = list(d.get("bandwidth_tb_s", {}))
+    rows = [
+        [r["case"], r["tokens"], r["mb_per_token"], r["kernel_operand_mb_per_token"],
+         f"{r['compiled_share']:.0%}", *[r["floor_ms"][g] for g in gpus],
+         ", ".join(f"{k} {v}" for k, v in list(r["by_region_mb_per_token"].items())[:5])]
+        for r in d["cases"]
+    ]  # fmt: skip
+    s.lines += table(
+        ["case", "tokens", "MB/token", "matmul/attention operands MB/token", "compiled",
+         *[f"floor ms/step, {g} ({d['bandwidth_tb_s'][g]} TB/s)" for g in gpus],
+         "largest regions, MB/token"],
+        rows,
+    )  # fmt: skip
+    if d.get("weight_grad_per_chunk"):
+        s.lines += [
+            "A trained draft head's gradient accumulated once per loss chunk (before) and once "
+            "per `fused_loss.WEIGHT_GRAD_CHUNKS` chunks (now), Kimi MHA:",
+            "",
+        ]
+        s.lines += table(
+            ["tokens", "per chunk MB/token", "now MB/token", "chunks per accumulation"],
+            [[p["tokens"], p["per_chunk_mb_per_token"], p["now_mb_per_token"],
+              p["weight_grad_chunks"]] for p in d["weight_grad_per_chunk"]],
+        )  # fmt: skip
+    return s
+
+
 def _gpu_measured(d: dict) -> dict[tuple[str, int], dict]:
     """train_gpu.json's cases with a figure, by (name, tokens)."""
     return {(c["name"], c["tokens"]): c for c in d.get("cases", []) if c.get("tokens_per_s")}
@@ -1715,6 +1754,7 @@ RENDERERS: dict[str, Callable[[dict], Section]] = {
     "train_budget": r_train_budget,
     "train_flops": r_train_flops,
     "train_gpu": r_train_gpu,
+    "train_traffic": r_train_traffic,
     "train_h200_reference": r_train_h200_reference,
     "draft_head": r_draft_head,
     "train_memory": r_train_memory,

@@ -1,5 +1,6 @@
 """What one EAGLE-3 training step costs at a real width, counted without a device: its FLOPs
-(`FlopCounterMode`) and its peak memory (`eyas.testing.peak_memory`), on fake tensors
+(`FlopCounterMode`), its peak memory (`eyas.testing.peak_memory`) and its elementwise memory
+traffic (`eyas.testing.traffic`), on fake tensors
 (`FakeTensorMode`: shapes and dtypes, no data), with eyas's own method code.
 
 The budget (`eyas.train.budget`) states the same FLOPs as a formula and `tests/train/
@@ -106,6 +107,37 @@ def count_flops(target: Path, tokens: int, **settings: Any) -> dict:
         "config": d.model.config,
         "budget_flops": budget.flops_per_step,
         "budget_gflop_per_token": budget.gflop_per_token,
+    }
+
+
+def count_traffic(target: Path, tokens: int, **settings: Any) -> dict:
+    """The elementwise memory traffic of one forward + backward of the EAGLE-3 loss on `tokens`
+    positions (one row) under bf16 autocast (CPU autocast: its casts are CUDA's for the
+    matmuls, and every fp32 op here is cast explicitly), counted on fake tensors
+    (`eyas.testing.traffic`). `settings` as `count_flops`'s. Returns the total, the bytes by
+    region and by op, the matmul/attention operands' bytes, and the bytes in the functions
+    `--fast-path compiled` compiles (`fast_path.COMPILED_FUNCTIONS`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from eyas.drafter.fast_path import COMPILED_FUNCTIONS
+    from eyas.testing.traffic import ElementwiseTraffic, TaggedGradFns
+
+    reference = settings.get("fast_path") == "off"
+    settings = dict(settings)
+    vocab = _vocab(target, settings)
+    with FakeTensorMode(allow_non_fake_inputs=True), _unread(reference):
+        d, _, head, (ids, sup, aux, final) = _setup(target, tokens, settings, vocab)
+        traffic = ElementwiseTraffic()
+        with TaggedGradFns(), traffic, torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _ = eagle3_loss(d, ids, sup, aux, final, head)
+            loss.backward()
+    return {
+        "bytes": traffic.total,
+        "by_region": dict(traffic.by_region.most_common()),
+        "by_op": dict(traffic.by_op.most_common()),
+        "kernel_bytes": traffic.kernel_bytes,
+        "compiled_bytes": traffic.in_functions(set(COMPILED_FUNCTIONS)),
+        "tokens": tokens,
     }
 
 
