@@ -170,3 +170,45 @@ def test_auto_checkpointing_is_resolved_on_a_gpu_only_and_never_below_the_old_ru
     assert resolved_checkpointing_above(on, lambda: off, "cuda:0") is None
     # a device too small for a step without AC at any length keeps the old rule, not less
     assert auto_checkpointing_above(off, 20 * 10**9) == AC_AUTO_TOKENS
+
+
+RESOLVE_ON_A_RANK = """
+import json, os, sys, types
+import torch.distributed as dist
+from eyas.train import loop
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+# each rank's GPU gives another threshold (mixed cards, or one with less free memory)
+loop.resolved_checkpointing_above = lambda cfg, off, device: 8192 + 4096 * rank
+cfg = types.SimpleNamespace(activation_checkpointing="auto", activation_checkpointing_above=None)
+lines = []
+rank_view = types.SimpleNamespace(
+    cfg=cfg, world=2, rank=rank, device="cpu", log=lines.append, _budget=lambda ac: None
+)
+loop.Trainer._resolve_checkpointing(rank_view)
+out = {"above": cfg.activation_checkpointing_above, "logged": lines}
+open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w").write(json.dumps(out))
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_resolve_one_threshold_the_least(tmp_path):
+    """`Trainer._resolve_checkpointing` across two gloo ranks (processes under torchrun, as
+    nodes' GPUs would be): each rank's own threshold differs, every rank trains with the least,
+    and rank 0 alone logs it."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "resolve.py"
+    script.write_text(RESOLVE_ON_A_RANK)
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["above"] for r in ranks] == [8192, 8192]
+    assert len(ranks[0]["logged"]) == 1 and "8,192 tokens" in ranks[0]["logged"][0]
+    assert ranks[1]["logged"] == []
