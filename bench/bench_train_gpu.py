@@ -55,9 +55,12 @@ K = 1024
 # What an eyas case runs, as `eyas train` does since 2026-12-07: `auto` activation checkpointing
 # by the GPU's memory (`eyas.train.budget.auto_checkpointing_above`; before, on above 4,096
 # tokens), the drafter's frozen tensors in bf16 (`eyas.train.precision`; before, fp32 on one
-# GPU) and the target's embedding off the device (before, beside its head). Cases measured
-# before carry no definition, and `--fill` does not keep them: they ran another configuration.
-EYAS_DEFINITION = "2026-12-07"
+# GPU) and the target's embedding off the device (before, beside its head). "2026-12-07b": a
+# trained head's gradient summed over 4 loss chunks (`fused_loss.WEIGHT_GRAD_CHUNKS`; before,
+# per chunk) and `--fast-path compiled` compiling the norms, rotations and SwiGLU too (before,
+# the merge and the loss's arithmetic). Cases measured under another definition (or none) are
+# not kept by `--fill`: they ran another configuration.
+EYAS_DEFINITION = "2026-12-07b"
 
 # (name, side, target, attention, tokens, draft head, fast path), in the order they run
 CASES = [
@@ -67,8 +70,9 @@ CASES = [
     ("speculators", "spec", "llama", "mha", 16 * K, "frozen", None),
     ("eyas kimi mha", "eyas", "kimi", "mha", 16 * K, "trained", "on"),
     ("eyas kimi mla", "eyas", "kimi", "mla", 16 * K, "trained", "on"),
-    # the loss's per-chunk arithmetic compiled (--fast-path compiled): the ~30% of unfused
-    # elementwise time in the profile; the default becomes whichever is faster here
+    # the elementwise work compiled (--fast-path compiled: the norms, the merge, the loss's
+    # per-chunk arithmetic, the rotations, SwiGLU): the ~30% of unfused elementwise time in the
+    # profile; the default becomes whichever is faster here
     ("eyas llama frozen compiled", "eyas", "llama", "mha", 4 * K, "frozen", "compiled"),
     ("eyas llama frozen compiled", "eyas", "llama", "mha", 16 * K, "frozen", "compiled"),
     ("eyas kimi mha compiled", "eyas", "kimi", "mha", 16 * K, "trained", "compiled"),

@@ -70,7 +70,8 @@ def forget_compiled() -> None:
 
 
 def loss_compiled(train_cfg: MethodTrainSettings) -> bool:
-    """The fast path's merge and loss arithmetic run compiled (`--fast-path compiled`)."""
+    """The fast path's elementwise functions (`COMPILED_FUNCTIONS`) run compiled
+    (`--fast-path compiled`); the name is older than all but two of them."""
     return getattr(train_cfg, "fast_path", "auto") == "compiled"
 
 
