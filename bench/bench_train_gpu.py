@@ -62,21 +62,22 @@ K = 1024
 # not kept by `--fill`: they ran another configuration.
 EYAS_DEFINITION = "2026-12-07b"
 
-# (name, side, target, attention, tokens, draft head, fast path), in the order they run
+# (name, side, target, attention, tokens, draft head, fast path), in the order they run: first
+# the questions the next figures answer (eyas against speculators at equal trainable
+# parameters; whether --fast-path compiled, which compiles the elementwise work -- the ~30% of
+# unfused elementwise time in the 2026-12-04 profile -- is faster than the default, which then
+# becomes whichever is), then Kimi's drafters, then the rest
 CASES = [
     ("eyas llama frozen", "eyas", "llama", "mha", 4 * K, "frozen", "on"),
     ("speculators", "spec", "llama", "mha", 4 * K, "frozen", None),
-    ("eyas llama frozen", "eyas", "llama", "mha", 16 * K, "frozen", "on"),
-    ("speculators", "spec", "llama", "mha", 16 * K, "frozen", None),
-    ("eyas kimi mha", "eyas", "kimi", "mha", 16 * K, "trained", "on"),
-    ("eyas kimi mla", "eyas", "kimi", "mla", 16 * K, "trained", "on"),
-    # the elementwise work compiled (--fast-path compiled: the norms, the merge, the loss's
-    # per-chunk arithmetic, the rotations, SwiGLU): the ~30% of unfused elementwise time in the
-    # profile; the default becomes whichever is faster here
     ("eyas llama frozen compiled", "eyas", "llama", "mha", 4 * K, "frozen", "compiled"),
+    ("eyas llama frozen", "eyas", "llama", "mha", 16 * K, "frozen", "on"),
     ("eyas llama frozen compiled", "eyas", "llama", "mha", 16 * K, "frozen", "compiled"),
+    ("eyas kimi mha", "eyas", "kimi", "mha", 16 * K, "trained", "on"),
     ("eyas kimi mha compiled", "eyas", "kimi", "mha", 16 * K, "trained", "compiled"),
+    ("eyas kimi mla", "eyas", "kimi", "mla", 16 * K, "trained", "on"),
     ("eyas kimi mla compiled", "eyas", "kimi", "mla", 16 * K, "trained", "compiled"),
+    ("speculators", "spec", "llama", "mha", 16 * K, "frozen", None),
     ("eyas llama", "eyas", "llama", "mha", 4 * K, "trained", "on"),
     ("speculators head trained", "spec", "llama", "mha", 4 * K, "trained", None),
     ("eyas llama frozen", "eyas", "llama", "mha", 32 * K, "frozen", "on"),
