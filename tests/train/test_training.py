@@ -170,6 +170,22 @@ def test_two_gloo_processes_match_one_for_dflash(tmp_path, toy_tiny, toy_samples
 
 
 @pytest.mark.slow
+def test_fsdp2_with_the_compiled_fast_path_matches_one_process(tmp_path, toy_tiny, toy_samples):
+    """`--fast-path compiled` under FSDP2 (two gloo processes): the compiled norms, rotations,
+    SwiGLU and merge read the layer's parameters as FSDP2 unshards them (the sharded trained
+    head's loss takes the reference loss), and the losses are one process's."""
+    one, two = _dist_configs(
+        tmp_path, toy_tiny, toy_samples, 'fsdp = true\nfast_path = "compiled"\n'
+    )
+    _train_cli(one, 1)
+    assert "FSDP2" in _train_cli(two, 2, port=29545)
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
+
+
+@pytest.mark.slow
 def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_samples):
     """FSDP2 (fully_shard) on two CPU processes: same losses and weights as one process,
     checkpoints gathered from the shards, and a resume from a sharded checkpoint lands on
