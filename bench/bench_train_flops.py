@@ -51,7 +51,7 @@ def main() -> None:
     if args.traced_only and not args.json.is_file():
         ap.error(f"--traced-only keeps the FLOP rows of {args.json}, which does not exist")
     warnings.filterwarnings("ignore")
-    from peers import speculators_venv
+    from peers import speculators_venv, write_results
     from safetensors.torch import save_file
 
     from eyas.testing import speculators_flops_peer
@@ -167,16 +167,13 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["bench/bench_train_flops.py", *sys.argv[1:]]),
         "machine": f"{os.cpu_count()} CPUs (counted on fake tensors: no device)",
-        "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
         "ttt": 7,
         "draft_vocab": maps["draft_vocab_size"],
         "eyas": eyas_rows,
         "speculators": spec_rows,
         "traced": traced,
-        "seconds": round(time.time() - started, 1),
     }
-    args.json.write_text(json.dumps(record, indent=2) + "\n")
+    write_results(args.json, record, started, load_before)
     say(f"wrote {args.json}")
 
 

@@ -1582,7 +1582,7 @@ def r_train_traffic(d: dict) -> Section:
     s = Section(
         "Elementwise memory traffic per trained token at Kimi-K2.5 width, counted without a GPU",
         "The bytes every op outside the matmuls and the attention kernel reads and writes in one "
-        f"training step of eyas's fast path (TTT {num(d.get('ttt'))}, activation checkpointing "
+        f"training step of eyas's fast path (and, for scale, of its reference path; TTT {num(d.get('ttt'))}, activation checkpointing "
         "off, bf16 autocast), counted op by op on fake tensors and charged to the function that "
         "issued it (`backward:` its ops' backward). `compiled`: the share in the functions "
         "`--fast-path compiled` compiles. A count of the eager program, not a timing: on a GPU "

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +24,16 @@ def commit() -> str:
         text=True,
     ).stdout.strip()
     return rev + ("+dirty" if dirty else "")
+
+
+def write_results(path: Path, record: dict, started: float, load_before) -> None:
+    """Write a benchmark's results file: `record`, then the load average before and after the
+    run and its seconds (from `started`, a `time.time()`)."""
+    record.setdefault("loadavg_before", list(load_before))
+    record["loadavg_after"] = list(os.getloadavg())
+    record["seconds"] = round(time.time() - started, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def speculators_venv() -> Path:

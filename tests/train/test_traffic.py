@@ -83,9 +83,7 @@ def test_compiled_covers_most_of_the_fast_steps_traffic(wide_kimi):
     together they are most of them (an MHA drafter: the interleaved rotation is MLA's)."""
     from eyas.testing.step_cost import count_traffic
 
-    r = count_traffic(
-        wide_kimi, 4096, attention="mha", draft_head="trained", ttt=3, fast_path="on"
-    )
+    r = count_traffic(wide_kimi, 4096, attention="mha", draft_head="trained", ttt=3, fast_path="on")
     for name in ("rms_norm", "chunk_stats", "merge_diagonal", "silu_mul", "rotate_half"):
         assert r["by_region"].get(name, 0) > 0, name
         assert name in fast_path.COMPILED_FUNCTIONS
@@ -105,6 +103,7 @@ def test_the_benchmark_runs_at_tiny_width(tmp_path):
         "eyas llama frozen",
         "eyas kimi mha",
         "eyas kimi mla",
+        "eyas kimi mha reference path",
     }
     for case in record["cases"]:
         assert case["mb_per_token"] > 0 and 0 < case["compiled_share"] <= 1

@@ -140,15 +140,22 @@ def _weights(out):
     return load_file(str(out / "drafter" / "model.safetensors"))
 
 
+def _same_losses(tmp_path) -> tuple[dict[int, float], dict[int, float]]:
+    """The two-rank run (`two/`) trained the one-process run's (`one/`) losses, step by step;
+    returns both."""
+    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
+    assert a.keys() == b.keys() == {1, 2, 3}
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    return a, b
+
+
 @pytest.mark.slow
 def test_two_gloo_processes_match_one(tmp_path, toy_tiny, toy_samples):
     one, two = _dist_configs(tmp_path, toy_tiny, toy_samples)
     _train_cli(one, 1)
     _train_cli(two, 2)
-    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
-    assert a.keys() == b.keys() == {1, 2, 3}
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    _same_losses(tmp_path)
 
 
 @pytest.mark.slow
@@ -163,10 +170,7 @@ def test_two_gloo_processes_match_one_for_dflash(tmp_path, toy_tiny, toy_samples
     _train_cli(one, 1)
     out = _train_cli(two, 2, port=29527 if fsdp else 29525)
     assert ("FSDP2" in out) == fsdp
-    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
-    assert a.keys() == b.keys() == {1, 2, 3}
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    _same_losses(tmp_path)
 
 
 @pytest.mark.slow
@@ -179,10 +183,7 @@ def test_fsdp2_with_the_compiled_fast_path_matches_one_process(tmp_path, toy_tin
     )
     _train_cli(one, 1)
     assert "FSDP2" in _train_cli(two, 2, port=29545)
-    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
-    assert a.keys() == b.keys() == {1, 2, 3}
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    _same_losses(tmp_path)
 
 
 @pytest.mark.slow
@@ -193,10 +194,7 @@ def test_fsdp2_on_gloo_matches_one_process_and_resumes(tmp_path, toy_tiny, toy_s
     one, two = _dist_configs(tmp_path, toy_tiny, toy_samples, "fsdp = true\n")
     _train_cli(one, 1)
     assert "FSDP2" in _train_cli(two, 2, port=29519)
-    a, b = losses(tmp_path / "one" / "metrics.jsonl"), losses(tmp_path / "two" / "metrics.jsonl")
-    assert a.keys() == b.keys() == {1, 2, 3}
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4)
+    a, b = _same_losses(tmp_path)
     wa, wb = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert wa.keys() == wb.keys()
     for k in wa:  # full, unsharded tensors in the export input

@@ -123,8 +123,8 @@ class TrainConfig(_Strict, MethodOptions):
         "auto",
         description="the fast training step (FlexAttention TTT attention, the teacher once per "
         "micro-batch, the loss's gradient in forward; the same function as the reference "
-        "path); auto: on on CUDA; compiled: on, with its TTT merge and the loss's per-chunk "
-        "arithmetic through torch.compile",
+        "path); auto: on on CUDA; compiled: on, with its elementwise work (norms, rotations, "
+        "SwiGLU, the TTT merge, the loss's per-chunk arithmetic) through torch.compile",
     )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto",

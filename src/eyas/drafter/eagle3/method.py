@@ -178,7 +178,7 @@ class Eagle3Method(DraftMethod[Eagle3TrainSettings]):
         inputs = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
         ac = checkpointing_on(train_cfg, ids.numel())
         fast = fast_path_on(train_cfg, ids.device)
-        # "compiled": the fast path with its TTT merge compiled (and the loss, below)
+        # "compiled": the fast path with its elementwise work compiled (the layer's here, the loss's below)
         mode = "compiled" if fast and loss_compiled(train_cfg) else fast
         step_hidden = model(inputs, aux, train_cfg.ttt, checkpoint_layers=ac, fast=mode)
         head = raw_model.lm_head.weight
