@@ -509,8 +509,11 @@ def main() -> None:
                 "--tokens", str(tokens), "--warmup", str(args.warmup), "--steps", str(args.steps),
                 *(["--train-head"] if head == "trained" else []),
             ]  # fmt: skip
+        began = time.time()
         res = _run(cmd, timeout, env)
-        case.update(res)
+        # the whole process: start-up, compiles (the first warm-up step's share is in
+        # step_seconds), steps; what a case costs of a lease
+        case.update(res, wall_s=round(time.time() - began, 1))
         flops = (
             res.get("flops_per_step") if side == "eyas" else _spec_flops(tokens, head == "trained")
         )

@@ -53,6 +53,7 @@ def test_the_gpu_benchmark_runs_at_toy_width(tmp_path, speculators_python):
     assert len(cases) == 5
     for case in cases.values():
         assert "error" not in case and case["tokens_per_s"] > 0, case
+        assert case["wall_s"] >= sum(case.get("step_seconds", [])), case
         assert case["losses_fall"], case
     eyas = cases[("eyas llama frozen", 128)]
     assert eyas["trainable_parameters"] == cases[("speculators", 128)]["trainable_parameters"]
