@@ -47,10 +47,11 @@ from eyas.drafter import fast_path
 from eyas.drafter.loss import chunk_len
 
 # A trained head's gradient is accumulated once per this many chunks, in one product: each
-# accumulation reads and writes the whole fp32 [Dv, H] buffer (at Kimi width 0.9 GB, ~6x the
-# bytes of the chunk's own elementwise work), so per chunk it would dominate the loss's memory
-# traffic (`bench/bench_train_traffic.py`). The chunks' bf16 q - p wait meanwhile: at most this
-# many [C, Dv] tensors, half the bytes of one chunk's fp32 statistics each.
+# accumulation reads and writes the whole fp32 [Dv, H] buffer and reads the bf16 product (at
+# Kimi width 0.9 GB, 2.3 GB moved, about three quarters of a chunk's own elementwise bytes), so
+# once per chunk it was 11-12% of the Kimi MHA step's elementwise traffic
+# (`bench/bench_train_traffic.py`). The chunks' bf16 q - p wait meanwhile: at most this many
+# [C, Dv] tensors, each half the size of one of the chunk's fp32 [C, Dv] statistics.
 WEIGHT_GRAD_CHUNKS = 4
 # (row, start, end) -> (teacher logits [C, Dv], their log-sum-exp [C] fp32, argmax [C] long)
 TeacherChunks = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
