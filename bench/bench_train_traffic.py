@@ -68,9 +68,20 @@ def _row(name: str, tokens: int, r: dict, top: int = 12) -> dict:
     }
 
 
+def _lengths(text: str) -> list[int]:
+    """`--tokens`: comma-separated positive lengths (a usage error otherwise)."""
+    try:
+        lengths = [int(x) for x in text.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated token counts, e.g. 4096,16384")
+    return lengths
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokens", default="4096,16384")
+    ap.add_argument("--tokens", default="4096,16384", type=_lengths)
     ap.add_argument("--json", type=Path, default=ROOT / "bench/results/train_traffic.json")
     ap.add_argument("--tiny", action="store_true", help="tiny widths, 256 tokens: a smoke run")
     args = ap.parse_args()
@@ -84,7 +95,7 @@ def main() -> None:
     started, load_before = time.time(), os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="eyas-traffic-"))
     targets = {k: write_target(work / k, k, tiny=args.tiny) for k in ("kimi", "llama")}
-    lengths = [256] if args.tiny else [int(x) for x in args.tokens.split(",")]
+    lengths = [256] if args.tiny else args.tokens
     settings = {"draft_vocab": 64} if args.tiny else {}
     rows, per_chunk = [], []
     for t in lengths:

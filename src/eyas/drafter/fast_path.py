@@ -44,11 +44,14 @@ COMPILED_FUNCTIONS = (
 _COMPILED: dict[Callable, Callable] = {}
 
 
-def compiled(fn: Callable) -> Callable:
-    """`torch.compile(fn)`, built once per function, for `--fast-path compiled`. Shapes turn
+def compiled(fn: Callable, on: bool = True) -> Callable:
+    """`torch.compile(fn)`, built once per function, for `--fast-path compiled` (`fn` itself
+    when not `on`: the caller's uncompiled fast path). Shapes turn
     dynamic after the second size (a row's shorter last chunk, another micro-batch length),
     and each number of TTT diagonal steps is its own graph: the recompile limit is raised to
     hold them all (a process-wide setting, never lowered)."""
+    if not on:
+        return fn
     if fn.__name__ not in COMPILED_FUNCTIONS:
         raise ValueError(f"{fn.__name__} is not in fast_path.COMPILED_FUNCTIONS")
     if fn not in _COMPILED:

@@ -149,7 +149,7 @@ def _chunk(x, weight, teacher, scale, dtype, compiled):
     and the teacher's (logits, lse, argmax); returns its three figures and the teacher's
     argmax."""
     t_logits, t_lse, top = teacher
-    stats = fast_path.compiled(chunk_stats) if compiled else chunk_stats
+    stats = fast_path.compiled(chunk_stats, compiled)
     ce, pred, g = stats(x @ weight.t(), t_logits, t_lse, scale, dtype)
     return ce, pred, g, top
 

@@ -35,7 +35,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, compiled: bool = False) -> torch.Tensor:
-        norm = fast_path.compiled(rms_norm) if compiled else rms_norm
+        norm = fast_path.compiled(rms_norm, compiled)
         return norm(x, self.weight, self.eps)
 
 
@@ -47,7 +47,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, compiled: bool = False) -> torch.Tensor:
-        act = fast_path.compiled(silu_mul) if compiled else silu_mul
+        act = fast_path.compiled(silu_mul, compiled)
         return self.down_proj(act(self.gate_proj(x), self.up_proj(x)))
 
 

@@ -112,7 +112,7 @@ class InterleavedRotary(nn.Module):
         cos, sin = angles.cos() * self.mscale, angles.sin() * self.mscale
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]
-        return (fast_path.compiled(rotate_pairs) if compiled else rotate_pairs)(x, cos, sin)
+        return fast_path.compiled(rotate_pairs, compiled)(x, cos, sin)
 
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -179,7 +179,7 @@ class Rotary(torch.nn.Module):
             cos, sin = cos[:, None], sin[:, None]
         from eyas.drafter import fast_path
 
-        return (fast_path.compiled(rotate_half) if compiled else rotate_half)(x, cos, sin)
+        return fast_path.compiled(rotate_half, compiled)(x, cos, sin)
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

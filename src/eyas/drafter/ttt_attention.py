@@ -102,7 +102,7 @@ def ttt_attention_fast(
     keys, values = [k for k, _ in diagonal], [v for _, v in diagonal]
     from eyas.drafter.fast_path import compiled as compile_once
 
-    merge = compile_once(merge_diagonal) if compiled else merge_diagonal
+    merge = compile_once(merge_diagonal, compiled)
     return merge(out, lse, q, keys, values, scale)
 
 
